@@ -1,0 +1,87 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReclaimPolicy says what happens to an address when its claim is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type ReclaimPolicy string
+
+const (
+	// ReclaimRetain keeps the address, Released, for the same tenant to take back or an admin to
+	// free.
+	ReclaimRetain ReclaimPolicy = "Retain"
+	// ReclaimDelete deletes the address, returning the IP to its pool.
+	ReclaimDelete ReclaimPolicy = "Delete"
+)
+
+// IPAddressClassSpec describes a kind of address and the driver that provisions it.
+type IPAddressClassSpec struct {
+	// provisioner is the name of the driver that provisions addresses of this class, for
+	// example metallb.drivers.local.sdn.cozystack.io. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provisioner is immutable"
+	Provisioner string `json:"provisioner"`
+
+	// reclaimPolicy is copied to every address the class provisions: Retain (the default) keeps
+	// an address Released after its claim is deleted; Delete deletes it at once.
+	// +optional
+	// +kubebuilder:default=Retain
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
+
+	// releaseDelay, when set, returns a Released address of this class to Available once it
+	// has been Released for this long (for example 720h). Without it a Released address stays
+	// until an admin deletes it or clears its claimRef.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="releaseDelay must not be negative"
+	ReleaseDelay *metav1.Duration `json:"releaseDelay,omitempty"`
+
+	// parameters are passed to the driver, which documents them (the MetalLB driver reads
+	// "pool"). The core does not interpret them.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+// IPAddressClassStatus is written by the class's driver.
+type IPAddressClassStatus struct {
+	// conditions: Accepted (True, or False with a reason) is written by the driver.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IPAddressClass is a kind of IP address tenants can claim, and the driver that provisions it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ipclass,categories=ipam
+// +kubebuilder:printcolumn:name="Provisioner",type=string,JSONPath=`.spec.provisioner`
+// +kubebuilder:printcolumn:name="Reclaim",type=string,JSONPath=`.spec.reclaimPolicy`
+// +kubebuilder:printcolumn:name="Release-Delay",type=string,JSONPath=`.spec.releaseDelay`
+// +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPAddressClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec IPAddressClassSpec `json:"spec"`
+	// +optional
+	Status IPAddressClassStatus `json:"status,omitempty"`
+}
+
+// IPAddressClassList is a list of IPAddressClass.
+// +kubebuilder:object:root=true
+type IPAddressClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPAddressClass `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&IPAddressClass{}, &IPAddressClassList{})
+}

@@ -1,0 +1,54 @@
+package v1alpha1
+
+// Annotations, finalizers, condition types and reasons shared by the core and its drivers.
+const (
+	// AnnotationDefaultClass marks the class used by claims that name none.
+	AnnotationDefaultClass = "ipaddressclass.local.sdn.cozystack.io/is-default-class"
+	// AnnotationAutoClaimClass marks the class auto-claim uses for LoadBalancer Services.
+	AnnotationAutoClaimClass = "ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class"
+
+	// AnnotationProvisioner is written by the core on a claim that no existing address can
+	// satisfy: the named driver must provision addresses for it.
+	AnnotationProvisioner = "local.sdn.cozystack.io/provisioner"
+
+	// AnnotationServiceClaim on a Service names the claim whose addresses it uses.
+	AnnotationServiceClaim = "local.sdn.cozystack.io/ip-address-claim"
+	// AnnotationServiceClass on a Service picks the class auto-claim uses for it.
+	AnnotationServiceClass = "local.sdn.cozystack.io/ip-address-class"
+	// AnnotationAutoClaim is "true" on claims auto-claim created, and "false" on a Service
+	// opts it out.
+	AnnotationAutoClaim = "local.sdn.cozystack.io/auto-claim"
+
+	// FinalizerClass holds a class while addresses of it exist.
+	FinalizerClass = "local.sdn.cozystack.io/class-protection"
+	// FinalizerAddress holds an address while it is bound to a live claim.
+	FinalizerAddress = "local.sdn.cozystack.io/address-protection"
+	// FinalizerClaim lets the core release a claim's addresses before it goes.
+	FinalizerClaim = "local.sdn.cozystack.io/claim-protection"
+)
+
+// Condition types.
+const (
+	// ConditionAccepted on a class: its driver accepts the parameters.
+	ConditionAccepted = "Accepted"
+	// ConditionBound on a claim: every requested family has an address.
+	ConditionBound = "Bound"
+	// ConditionConflict on an address (driver): something else holds the IP.
+	ConditionConflict = "Conflict"
+	// ConditionLost on an address (driver): the IP can no longer be held.
+	ConditionLost = "Lost"
+	// ConditionHeld on an address (driver): the driver holds the IP.
+	ConditionHeld = "Held"
+)
+
+// Reasons of the claim's Bound condition.
+const (
+	ReasonBound             = "Bound"
+	ReasonWaitingForAddress = "WaitingForAddress"
+	ReasonClassNotFound     = "ClassNotFound"
+	ReasonNoDefaultClass    = "NoDefaultClass"
+	ReasonClassNotAccepted  = "ClassNotAccepted"
+	ReasonAddressNotFound   = "AddressNotFound"
+	ReasonAddressUnusable   = "AddressUnusable"
+	ReasonAddressLost       = "AddressLost"
+)

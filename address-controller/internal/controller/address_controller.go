@@ -1,0 +1,194 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+// AddressReconciler derives each address's phase, protects bound addresses from deletion, and
+// returns Released addresses to Available when their class's releaseDelay passes.
+type AddressReconciler struct {
+	Client   client.Client
+	Reader   client.Reader
+	Recorder events.EventRecorder
+	Workers  int
+	Now      func() time.Time
+
+	// blocked remembers the addresses whose held deletion was reported, so the event is
+	// emitted once per deletion, not on every pass.
+	blocked sync.Map
+}
+
+func (r *AddressReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddress").
+		For(&ipamv1.IPAddress{}).
+		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.addressesOfClaim)).
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.releasedOfClass)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Complete(r)
+}
+
+func (r *AddressReconciler) addressesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.requests(ctx, index.AddressByClaim, index.ClaimKey(o.GetNamespace(), o.GetName()))
+}
+
+func (r *AddressReconciler) releasedOfClass(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.requests(ctx, index.AddressReleasedByClass, o.GetName())
+}
+
+func (r *AddressReconciler) requests(ctx context.Context, field, key string) []reconcile.Request {
+	var list ipamv1.IPAddressList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{field: key}); err != nil {
+		log.FromContext(ctx).Error(err, "mapping to addresses", "index", field, "key", key)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, a := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: a.Name}})
+	}
+	return reqs
+}
+
+func (r *AddressReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *AddressReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return quietConflict(r.reconcile(ctx, req))
+}
+
+func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var a ipamv1.IPAddress
+	if err := r.Client.Get(ctx, req.NamespacedName, &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.blocked.Delete(req.Name)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	claim, state, err := r.claimOf(ctx, &a)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	if a.DeletionTimestamp != nil {
+		if state == claimLive {
+			if _, seen := r.blocked.LoadOrStore(a.Name, true); !seen {
+				r.Recorder.Eventf(&a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
+					"IPAddress %s is bound to claim %s/%s and is deleted once that claim is; delete the claim first",
+					a.Name, claim.Namespace, claim.Name)
+			}
+			return reconcile.Result{}, nil
+		}
+		r.blocked.Delete(a.Name)
+		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress)
+	}
+	if err := ensureFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress); err != nil {
+		return reconcile.Result{}, err
+	}
+
+	var delay *time.Duration
+	var class ipamv1.IPAddressClass
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
+		if class.Spec.ReleaseDelay != nil {
+			delay = &class.Spec.ReleaseDelay.Duration
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+
+	d := decideAddress(&a, state, delay, r.now())
+	if d.delete {
+		if err := r.Client.Delete(ctx, &a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+		r.Recorder.Eventf(&a, nil, corev1.EventTypeNormal, "AddressDeleted", "Release",
+			"claim %s/%s is gone and the reclaim policy is Delete", a.Spec.ClaimRef.Namespace, a.Spec.ClaimRef.Name)
+		return reconcile.Result{}, nil
+	}
+	if d.clearClaimRef {
+		prev := *a.Spec.ClaimRef
+		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		a.Spec.ClaimRef = nil
+		if err := r.Client.Patch(ctx, &a, patch); err != nil {
+			return reconcile.Result{}, ignoreConflict(err)
+		}
+		r.Recorder.Eventf(&a, nil, corev1.EventTypeNormal, "ReleaseDelayPassed", "Release",
+			"released from claim %s/%s for longer than the class's releaseDelay (%s); now Available",
+			prev.Namespace, prev.Name, delay.String())
+	}
+	if d.phase != a.Status.Phase || !timesEqual(d.releasedAt, a.Status.ReleasedAt) {
+		before := a.Status.Phase
+		patch := client.MergeFrom(a.DeepCopy())
+		a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
+		if err := r.Client.Status().Patch(ctx, &a, patch); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		r.phaseEvent(&a, before)
+	}
+	return reconcile.Result{RequeueAfter: d.requeueAfter}, nil
+}
+
+func (r *AddressReconciler) phaseEvent(a *ipamv1.IPAddress, before ipamv1.AddressPhase) {
+	if before == a.Status.Phase {
+		return
+	}
+	switch a.Status.Phase {
+	case ipamv1.AddressReleased:
+		r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "Released", "Release",
+			"claim %s/%s is gone; the address is retained. Delete it, or clear spec.claimRef to make it Available",
+			a.Spec.ClaimRef.Namespace, a.Spec.ClaimRef.Name)
+	case ipamv1.AddressConflict:
+		r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "Conflict", "Phase", "the driver reports a conflict: see the Conflict condition")
+	case ipamv1.AddressLost:
+		r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "Lost", "Phase", "the driver reports the address lost: see the Lost condition")
+	}
+}
+
+// claimOf finds the claim an address's claimRef names. The cache may lag behind a driver that
+// just created a pre-bound address, so a miss is confirmed by a live read before the claim is
+// taken for gone.
+func (r *AddressReconciler) claimOf(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1.IPAddressClaim, claimState, error) {
+	ref := a.Spec.ClaimRef
+	if ref == nil {
+		return nil, claimGone, nil
+	}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	var claim ipamv1.IPAddressClaim
+	err := r.Client.Get(ctx, key, &claim)
+	if err == nil && ref.UID != "" && claim.UID != ref.UID {
+		err = r.Reader.Get(ctx, key, &claim)
+	}
+	if apierrors.IsNotFound(err) {
+		err = r.Reader.Get(ctx, key, &claim)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, claimGone, nil
+	case err != nil:
+		return nil, claimGone, err
+	case ref.UID != "" && claim.UID != ref.UID:
+		return nil, claimGone, nil
+	case claim.DeletionTimestamp != nil:
+		return &claim, claimTerminating, nil
+	}
+	return &claim, claimLive, nil
+}

@@ -1,0 +1,404 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+// ClaimReconciler binds claims to addresses and releases them when claims go.
+//
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses,verbs=get;list;watch;patch;update;delete
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+type ClaimReconciler struct {
+	Client   client.Client
+	Reader   client.Reader // uncached, for the rare reads that must not be stale
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+	Workers  int
+	Now      func() time.Time
+}
+
+func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclaim").
+		For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+			predicate.LabelChangedPredicate{}, deletionPredicate()))).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress)).
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Complete(r)
+}
+
+// claimsOfAddress maps an address to the claim it is bound to or, when it is unbound, to the
+// claims waiting for an address of its class.
+func (r *ClaimReconciler) claimsOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
+	a := o.(*ipamv1.IPAddress)
+	if ref := a.Spec.ClaimRef; ref != nil {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	}
+	return r.waitingFor(ctx, a.Spec.ClassName)
+}
+
+func (r *ClaimReconciler) claimsWaitingForClass(ctx context.Context, o client.Object) []reconcile.Request {
+	c := o.(*ipamv1.IPAddressClass)
+	reqs := r.waitingFor(ctx, c.Name)
+	if c.Annotations[ipamv1.AnnotationDefaultClass] == "true" {
+		reqs = append(reqs, r.waitingFor(ctx, "")...)
+	}
+	return reqs
+}
+
+func (r *ClaimReconciler) waitingFor(ctx context.Context, class string) []reconcile.Request {
+	var claims ipamv1.IPAddressClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimWaitingForClass: class}); err != nil {
+		log.FromContext(ctx).Error(err, "listing claims waiting for class", "class", class)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(claims.Items))
+	for _, c := range claims.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
+}
+
+func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return quietConflict(r.reconcile(ctx, req))
+}
+
+func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var claim ipamv1.IPAddressClaim
+	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	var refs ipamv1.IPAddressList
+	if err := r.Client.List(ctx, &refs, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if claim.DeletionTimestamp != nil {
+		return reconcile.Result{}, r.finalize(ctx, &claim, refs.Items)
+	}
+	if err := ensureFinalizer(ctx, r.Client, &claim, ipamv1.FinalizerClaim); err != nil {
+		return reconcile.Result{}, err
+	}
+
+	sorted := sortClaimAddresses(&claim, refs.Items)
+	for _, a := range sorted.needUID {
+		if err := r.completeUID(ctx, &claim, a); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	for _, a := range sorted.surplus {
+		if err := r.unbindSurplus(ctx, &claim, a); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+
+	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
+	// waiting for its own addresses instead of silently taking new ones.
+	var wait *waiting
+	className := claim.Status.ClassName
+	if claim.Status.Phase != ipamv1.ClaimBound && claim.Status.Phase != ipamv1.ClaimLost {
+		for _, fam := range claim.Spec.Family.Families() {
+			if sorted.kept[fam] != nil {
+				continue
+			}
+			bound, cls, w, err := r.bindFamily(ctx, &claim, fam)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if cls != "" {
+				className = cls
+			}
+			if bound != nil {
+				sorted.kept[fam] = bound
+				continue
+			}
+			if wait == nil {
+				wait = w
+			}
+		}
+	}
+	return reconcile.Result{}, r.updateStatus(ctx, &claim, className, sorted.kept, wait)
+}
+
+// bindFamily binds one family of a claim: the address named by spec.addressName, or an
+// Available address of the class; otherwise it asks the class's driver to provision one. It
+// returns the bound address (nil when none), the resolved class name and, when nothing was
+// bound, why.
+func (r *ClaimReconciler) bindFamily(ctx context.Context, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily) (*ipamv1.IPAddress, string, *waiting, error) {
+	var named *ipamv1.IPAddress
+	if claim.Spec.AddressName != "" {
+		named = &ipamv1.IPAddress{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.AddressName}, named); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, "", &waiting{ipamv1.ReasonAddressNotFound,
+					fmt.Sprintf("IPAddress %s does not exist; create it, or recreate the claim without addressName", claim.Spec.AddressName)}, nil
+			}
+			return nil, "", nil, err
+		}
+	}
+	class, w, err := r.resolveClass(ctx, claim, named)
+	if err != nil || class == nil {
+		return nil, "", w, err
+	}
+	if cond := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted); cond != nil && cond.Status == metav1.ConditionFalse {
+		return nil, class.Name, &waiting{ipamv1.ReasonClassNotAccepted,
+			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}, nil
+	}
+
+	if named != nil {
+		if w := checkNamedAddress(claim, named, class.Name, fam); w != nil {
+			return nil, class.Name, w, nil
+		}
+		bound, err := r.bind(ctx, claim, named)
+		if err != nil || bound == nil {
+			return nil, class.Name, &waiting{ipamv1.ReasonWaitingForAddress, "retrying the bind of " + named.Name}, err
+		}
+		return bound, class.Name, nil, nil
+	}
+
+	var candidates ipamv1.IPAddressList
+	if err := r.Client.List(ctx, &candidates, client.MatchingFields{index.AddressBindable: index.BindableKey(class.Name, fam)}); err != nil {
+		return nil, "", nil, err
+	}
+	orderAddresses(candidates.Items)
+	for i := range candidates.Items {
+		a := &candidates.Items[i]
+		if a.Spec.ClaimRef != nil || a.DeletionTimestamp != nil || !addressUsable(a) ||
+			meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict) {
+			continue
+		}
+		bound, err := r.bind(ctx, claim, a)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if bound != nil {
+			return bound, class.Name, nil, nil
+		}
+	}
+
+	// Nothing to bind: the driver must provision.
+	if claim.Annotations[ipamv1.AnnotationProvisioner] != class.Spec.Provisioner {
+		patch := client.MergeFrom(claim.DeepCopy())
+		metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, class.Spec.Provisioner)
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	return nil, class.Name, &waiting{ipamv1.ReasonWaitingForAddress,
+		fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", class.Spec.Provisioner, fam, class.Name)}, nil
+}
+
+// checkNamedAddress says why the address a claim names cannot be bound to it, or nil.
+func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class string, fam ipamv1.IPFamily) *waiting {
+	if got, _ := addressFamily(a); got != fam {
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is %s but the claim requests %s", a.Name, got, fam)}
+	}
+	if a.Spec.ClassName != class {
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s belongs to class %s, not %s", a.Name, a.Spec.ClassName, class)}
+	}
+	if a.DeletionTimestamp != nil {
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is being deleted", a.Name)}
+	}
+	if ref := a.Spec.ClaimRef; ref != nil && !(ref.Namespace == claim.Namespace && ref.Name == claim.Name) {
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is bound to claim %s/%s", a.Name, ref.Namespace, ref.Name)}
+	}
+	return nil
+}
+
+// resolveClass finds the claim's class: spec.className, else the sticky status.className, else
+// the class of the address it names, else the default class.
+func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddressClaim, named *ipamv1.IPAddress) (*ipamv1.IPAddressClass, *waiting, error) {
+	name := claim.Spec.ClassName
+	if name == "" {
+		name = claim.Status.ClassName
+	}
+	if name == "" && named != nil {
+		name = named.Spec.ClassName
+	}
+	if name == "" {
+		var classes ipamv1.IPAddressClassList
+		if err := r.Client.List(ctx, &classes); err != nil {
+			return nil, nil, err
+		}
+		def, others := pickMarkedClass(classes.Items, ipamv1.AnnotationDefaultClass)
+		if def == nil {
+			return nil, &waiting{ipamv1.ReasonNoDefaultClass,
+				"the claim names no class and no IPAddressClass is marked " + ipamv1.AnnotationDefaultClass + `: "true"`}, nil
+		}
+		if len(others) > 0 {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MultipleDefaultClasses", "ResolveClass",
+				"several classes are marked default (%s, %s); using %s, the newest. Unmark all but one.",
+				def.Name, strings.Join(others, ", "), def.Name)
+		}
+		return def, nil, nil
+	}
+	var class ipamv1.IPAddressClass
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &waiting{ipamv1.ReasonClassNotFound,
+				fmt.Sprintf("IPAddressClass %s does not exist; the claim binds once it is created", name)}, nil
+		}
+		return nil, nil, err
+	}
+	if class.DeletionTimestamp != nil {
+		return nil, &waiting{ipamv1.ReasonClassNotFound, fmt.Sprintf("IPAddressClass %s is being deleted", name)}, nil
+	}
+	return &class, nil, nil
+}
+
+// bind sets claimRef on an unbound address with an optimistic-concurrency precondition, so two
+// claims can never both bind it. It returns nil (and no error) when another writer won.
+func (r *ClaimReconciler) bind(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
+	a = a.DeepCopy()
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	if err := r.Client.Patch(ctx, a, patch); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return a, nil
+}
+
+func (r *ClaimReconciler) completeUID(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	a.Spec.ClaimRef.UID = claim.UID
+	return ignoreConflict(r.Client.Patch(ctx, a, patch))
+}
+
+func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	a.Spec.ClaimRef = nil
+	if err := r.Client.Patch(ctx, a, patch); err != nil {
+		return ignoreConflict(err)
+	}
+	r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "SurplusAddressReleased", "Unbind",
+		"IPAddress %s (%s) was a second address for one family; made it Available again", a.Name, a.Spec.Address)
+	return nil
+}
+
+func (r *ClaimReconciler) updateStatus(ctx context.Context, claim *ipamv1.IPAddressClaim, className string,
+	kept map[ipamv1.IPFamily]*ipamv1.IPAddress, wait *waiting) error {
+	out := decideClaimStatus(claim, kept, wait)
+	orig := claim.DeepCopy()
+	claim.Status.Phase = out.phase
+	claim.Status.Addresses = out.addresses
+	if className != "" {
+		claim.Status.ClassName = className
+	}
+	status := metav1.ConditionFalse
+	if out.phase == ipamv1.ClaimBound {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+		Type: ipamv1.ConditionBound, Status: status, Reason: out.reason, Message: out.message,
+		ObservedGeneration: claim.Generation,
+	})
+	if equalClaimStatus(&orig.Status, &claim.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	r.claimTransition(orig, claim)
+	return nil
+}
+
+// claimTransition emits the events and metrics of a status change: once per transition.
+func (r *ClaimReconciler) claimTransition(before, after *ipamv1.IPAddressClaim) {
+	prev := meta.FindStatusCondition(before.Status.Conditions, ipamv1.ConditionBound)
+	cur := meta.FindStatusCondition(after.Status.Conditions, ipamv1.ConditionBound)
+	switch {
+	case after.Status.Phase == ipamv1.ClaimBound && before.Status.Phase != ipamv1.ClaimBound:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Bound", "Bind", "%s", cur.Message)
+		if before.Status.Phase == "" || before.Status.Phase == ipamv1.ClaimPending {
+			r.Metrics.observeBind(r.now().Sub(after.CreationTimestamp.Time))
+		}
+	case after.Status.Phase == ipamv1.ClaimLost && before.Status.Phase != ipamv1.ClaimLost:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "AddressLost", "Bind", "%s", cur.Message)
+	case after.Status.Phase == ipamv1.ClaimPending && (prev == nil || prev.Reason != cur.Reason):
+		kind := corev1.EventTypeNormal
+		if cur.Reason != ipamv1.ReasonWaitingForAddress {
+			kind = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(after, nil, kind, cur.Reason, "Bind", "%s", cur.Message)
+	}
+}
+
+func (r *ClaimReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// finalize releases a deleted claim's addresses: under Delete (or for a claim auto-claim made
+// for a Service) the address is deleted, otherwise it is marked Released. Then the finalizer
+// goes.
+func (r *ClaimReconciler) finalize(ctx context.Context, claim *ipamv1.IPAddressClaim, refs []ipamv1.IPAddress) error {
+	if !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim) {
+		return nil
+	}
+	sorted := sortClaimAddresses(claim, refs)
+	owned := ownedByService(claim)
+	for _, a := range sorted.kept {
+		if a.Spec.ReclaimPolicy == ipamv1.ReclaimDelete || owned {
+			if err := r.Client.Delete(ctx, a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+			r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "AddressDeleted", "Release",
+				"deleted IPAddress %s (%s): the claim is gone and the address is not retained", a.Name, a.Spec.Address)
+			continue
+		}
+		if a.Status.Phase == ipamv1.AddressReleased && a.Status.ReleasedAt != nil {
+			continue
+		}
+		patch := client.MergeFrom(a.DeepCopy())
+		now := metav1.NewTime(r.now().Truncate(time.Second))
+		a.Status.Phase, a.Status.ReleasedAt = ipamv1.AddressReleased, &now
+		if err := r.Client.Status().Patch(ctx, a, patch); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return removeFinalizer(ctx, r.Client, claim, ipamv1.FinalizerClaim)
+}
+
+// ownedByService: auto-claim made this claim for a Service (its controller), so its addresses
+// go with the Service whatever the reclaim policy.
+func ownedByService(claim *ipamv1.IPAddressClaim) bool {
+	if claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+		return false
+	}
+	ref := metav1.GetControllerOf(claim)
+	return ref != nil && ref.Kind == "Service" && ref.APIVersion == "v1"
+}

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+// ClassReconciler protects a class while any address of it exists.
+type ClassReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Workers  int
+
+	// inUse remembers the last ClassInUse report per class, so the event is emitted when the
+	// set of holding addresses changes, not on every pass.
+	inUse sync.Map
+}
+
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses/finalizers,verbs=update
+
+func (r *ClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclass").
+		For(&ipamv1.IPAddressClass{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, deletionPredicate()))).
+		// Only an address's arrival or departure matters to its class (className is immutable),
+		// and only while the class is being deleted.
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.deletingClassOf),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Complete(r)
+}
+
+func (r *ClassReconciler) deletingClassOf(ctx context.Context, o client.Object) []reconcile.Request {
+	name := o.(*ipamv1.IPAddress).Spec.ClassName
+	var class ipamv1.IPAddressClass
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil || class.DeletionTimestamp == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+func (r *ClassReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return quietConflict(r.reconcile(ctx, req))
+}
+
+func (r *ClassReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var class ipamv1.IPAddressClass
+	if err := r.Client.Get(ctx, req.NamespacedName, &class); err != nil {
+		r.inUse.Delete(req.Name)
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if class.DeletionTimestamp == nil {
+		return reconcile.Result{}, ensureFinalizer(ctx, r.Client, &class, ipamv1.FinalizerClass)
+	}
+	var addrs ipamv1.IPAddressList
+	if err := r.Client.List(ctx, &addrs, client.MatchingFields{index.AddressByClass: class.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(addrs.Items) == 0 {
+		r.inUse.Delete(class.Name)
+		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &class, ipamv1.FinalizerClass)
+	}
+	names := make([]string, 0, len(addrs.Items))
+	for _, a := range addrs.Items {
+		names = append(names, a.Name)
+	}
+	summary := summarizeNames(names, 5)
+	if prev, ok := r.inUse.Load(class.Name); !ok || prev.(string) != summary {
+		r.inUse.Store(class.Name, summary)
+		r.Recorder.Eventf(&class, nil, corev1.EventTypeWarning, "ClassInUse", "Delete",
+			"deletion waits for %d IPAddress objects of this class: %s. Delete their claims and the remaining addresses first",
+			len(names), summary)
+	}
+	// The watch on addresses brings the next pass; this is a safety net against a missed event.
+	return reconcile.Result{RequeueAfter: 5 * time.Minute}, nil
+}

@@ -1,0 +1,271 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// This file holds the decisions, as pure functions of the objects involved; the reconcilers
+// only read, call these, and patch the difference.
+
+// pickMarkedClass returns the class carrying annotation="true" that wins when several do (the
+// newest, then the lowest name, as Kubernetes picks a default StorageClass), and the names of
+// the others so marked.
+func pickMarkedClass(classes []ipamv1.IPAddressClass, annotation string) (*ipamv1.IPAddressClass, []string) {
+	var marked []*ipamv1.IPAddressClass
+	for i := range classes {
+		c := &classes[i]
+		if c.DeletionTimestamp == nil && c.Annotations[annotation] == "true" {
+			marked = append(marked, c)
+		}
+	}
+	if len(marked) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(marked, func(a, b *ipamv1.IPAddressClass) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var others []string
+	for _, c := range marked[1:] {
+		others = append(others, c.Name)
+	}
+	return marked[0], others
+}
+
+// claimAddresses is the sorting of the addresses whose claimRef names a claim.
+type claimAddresses struct {
+	// kept is the address bound for each requested family.
+	kept map[ipamv1.IPFamily]*ipamv1.IPAddress
+	// surplus are bound to the claim but not kept (a second address for a family, or a family
+	// the claim does not request): their claimRef is cleared.
+	surplus []*ipamv1.IPAddress
+	// needUID are kept addresses whose claimRef lacks the claim's uid.
+	needUID []*ipamv1.IPAddress
+}
+
+// sortClaimAddresses decides which of the addresses referencing claim (by namespace/name) it
+// keeps. Addresses carrying the uid of an older claim of the same name are ignored: they are
+// not this claim's. For each family the oldest address wins, so that a race between two binds
+// always ends the same way.
+func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) claimAddresses {
+	out := claimAddresses{kept: map[ipamv1.IPFamily]*ipamv1.IPAddress{}}
+	wanted := map[ipamv1.IPFamily]bool{}
+	for _, f := range claim.Spec.Family.Families() {
+		wanted[f] = true
+	}
+	mine := make([]*ipamv1.IPAddress, 0, len(addrs))
+	for i := range addrs {
+		a := &addrs[i]
+		ref := a.Spec.ClaimRef
+		if ref == nil || ref.Namespace != claim.Namespace || ref.Name != claim.Name {
+			continue
+		}
+		if ref.UID != "" && ref.UID != claim.UID {
+			continue
+		}
+		mine = append(mine, a)
+	}
+	slices.SortFunc(mine, func(a, b *ipamv1.IPAddress) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, a := range mine {
+		fam, ok := addressFamily(a)
+		if !ok || !wanted[fam] || out.kept[fam] != nil {
+			out.surplus = append(out.surplus, a)
+			continue
+		}
+		out.kept[fam] = a
+		if a.Spec.ClaimRef.UID == "" {
+			out.needUID = append(out.needUID, a)
+		}
+	}
+	return out
+}
+
+func addressFamily(a *ipamv1.IPAddress) (ipamv1.IPFamily, bool) {
+	ip, err := ipamv1.ParseCanonical(a.Spec.Address)
+	if err != nil {
+		return "", false
+	}
+	return ipamv1.FamilyOf(ip), true
+}
+
+// addressUsable reports whether a bound address counts for its claim: an address the driver
+// marked Lost does not.
+func addressUsable(a *ipamv1.IPAddress) bool {
+	return !meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost)
+}
+
+// claimOutcome is the status a claim should have.
+type claimOutcome struct {
+	phase     ipamv1.ClaimPhase
+	addresses []ipamv1.ClaimedAddress
+	reason    string
+	message   string
+}
+
+// waiting describes why a missing family has no address yet (set by the reconciler for the
+// first family that waits).
+type waiting struct {
+	reason, message string
+}
+
+// decideClaimStatus computes the phase, addresses and Bound condition of a claim from the
+// addresses it keeps. A claim that was Bound becomes Lost, not Pending, when an address goes
+// away or is lost; it is Bound again once every address is back.
+func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*ipamv1.IPAddress, wait *waiting) claimOutcome {
+	var out claimOutcome
+	var missing, lost []string
+	for _, f := range claim.Spec.Family.Families() {
+		a := kept[f]
+		if a == nil {
+			missing = append(missing, string(f))
+			continue
+		}
+		if !addressUsable(a) {
+			lost = append(lost, a.Name)
+		}
+		out.addresses = append(out.addresses, ipamv1.ClaimedAddress{Name: a.Name, Address: a.Spec.Address, Family: f})
+	}
+	wasBound := claim.Status.Phase == ipamv1.ClaimBound || claim.Status.Phase == ipamv1.ClaimLost
+	switch {
+	case len(missing) == 0 && len(lost) == 0:
+		out.phase, out.reason = ipamv1.ClaimBound, ipamv1.ReasonBound
+		var ips []string
+		for _, a := range out.addresses {
+			ips = append(ips, a.Address)
+		}
+		out.message = "bound to " + strings.Join(ips, ", ")
+	case wasBound:
+		out.phase, out.reason = ipamv1.ClaimLost, ipamv1.ReasonAddressLost
+		if len(lost) > 0 {
+			out.message = fmt.Sprintf("address %s is lost (see its conditions)", strings.Join(lost, ", "))
+		} else {
+			gone := previouslyBound(claim, missing)
+			out.message = fmt.Sprintf("the %s address %s is gone; an admin can recreate it with claimRef to this claim, or delete and recreate the claim",
+				strings.Join(missing, "/"), gone)
+		}
+	default:
+		out.phase = ipamv1.ClaimPending
+		if wait != nil {
+			out.reason, out.message = wait.reason, wait.message
+		} else {
+			out.reason, out.message = ipamv1.ReasonWaitingForAddress, "waiting for an "+strings.Join(missing, " and ")+" address"
+		}
+	}
+	return out
+}
+
+func previouslyBound(claim *ipamv1.IPAddressClaim, families []string) string {
+	var names []string
+	for _, a := range claim.Status.Addresses {
+		if slices.Contains(families, string(a.Family)) {
+			names = append(names, a.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "(unknown)"
+	}
+	return strings.Join(names, ", ")
+}
+
+// addressDecision is what the core does with an address on one pass.
+type addressDecision struct {
+	phase      ipamv1.AddressPhase
+	releasedAt *metav1.Time
+	// clearClaimRef: releaseDelay has passed; the address becomes Available.
+	clearClaimRef bool
+	// delete: a Released address of reclaim policy Delete (its claim vanished without the
+	// core seeing it go).
+	delete bool
+	// requeueAfter: when releaseDelay will have passed.
+	requeueAfter time.Duration
+}
+
+// claimState is what the address controller knows of the claim a claimRef names.
+type claimState int
+
+const (
+	claimGone        claimState = iota // not found, or a different uid
+	claimLive                          // exists with a matching (or not yet recorded) uid
+	claimTerminating                   // being deleted: the claim controller releases its addresses
+)
+
+// decideAddress derives an address's phase. Driver conditions win (Conflict, then Lost); then
+// the binding: no claimRef is Available, a live claim is Bound, a vanished claim is Released.
+// A Released address whose class sets releaseDelay becomes Available when the delay passes; the
+// timer is releasedAt, stored in the object, so it survives restarts.
+func decideAddress(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Duration, now time.Time) addressDecision {
+	d := addressDecision{phase: a.Status.Phase, releasedAt: a.Status.ReleasedAt}
+	switch {
+	case meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict):
+		d.phase = ipamv1.AddressConflict
+		return d
+	case meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost):
+		d.phase = ipamv1.AddressLost
+		return d
+	case a.Spec.ClaimRef == nil:
+		d.phase, d.releasedAt = ipamv1.AddressAvailable, nil
+		return d
+	case claim == claimLive:
+		d.phase, d.releasedAt = ipamv1.AddressBound, nil
+		return d
+	case claim == claimTerminating:
+		if d.phase == "" {
+			d.phase = ipamv1.AddressBound
+		}
+		return d
+	}
+	// The claim is gone.
+	if a.Spec.ReclaimPolicy == ipamv1.ReclaimDelete {
+		d.delete = true
+		return d
+	}
+	d.phase = ipamv1.AddressReleased
+	if d.releasedAt == nil {
+		t := metav1.NewTime(now.Truncate(time.Second))
+		d.releasedAt = &t
+	}
+	if releaseDelay != nil {
+		due := d.releasedAt.Add(*releaseDelay)
+		if !now.Before(due) {
+			d.phase, d.releasedAt, d.clearClaimRef = ipamv1.AddressAvailable, nil, true
+		} else {
+			d.requeueAfter = due.Sub(now)
+		}
+	}
+	return d
+}
+
+// summarizeNames lists the first few names and a count of the rest, for events.
+func summarizeNames(names []string, max int) string {
+	slices.Sort(names)
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:max], ", "), len(names)-max)
+}
+
+// orderAddresses sorts binding candidates: lowest IP first within a family, so allocation
+// from pre-provisioned addresses is predictable.
+func orderAddresses(addrs []ipamv1.IPAddress) {
+	slices.SortFunc(addrs, func(a, b ipamv1.IPAddress) int {
+		ia, _ := ipamv1.ParseCanonical(a.Spec.Address)
+		ib, _ := ipamv1.ParseCanonical(b.Spec.Address)
+		return cmp.Or(ia.Compare(ib), strings.Compare(a.Name, b.Name))
+	})
+}

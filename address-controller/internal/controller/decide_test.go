@@ -1,0 +1,180 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func class(name string, created time.Time, annotations map[string]string) ipamv1.IPAddressClass {
+	return ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{
+		Name: name, CreationTimestamp: metav1.NewTime(created), Annotations: annotations}}
+}
+
+func TestPickMarkedClass(t *testing.T) {
+	def := map[string]string{ipamv1.AnnotationDefaultClass: "true"}
+	for _, tc := range []struct {
+		name       string
+		classes    []ipamv1.IPAddressClass
+		want       string
+		wantOthers int
+	}{
+		{"none", []ipamv1.IPAddressClass{class("a", t0, nil)}, "", 0},
+		{"not true", []ipamv1.IPAddressClass{class("a", t0, map[string]string{ipamv1.AnnotationDefaultClass: "yes"})}, "", 0},
+		{"one", []ipamv1.IPAddressClass{class("a", t0, nil), class("b", t0, def)}, "b", 0},
+		{"newest wins", []ipamv1.IPAddressClass{class("old", t0, def), class("new", t0.Add(time.Hour), def)}, "new", 1},
+		{"same age: lowest name", []ipamv1.IPAddressClass{class("zz", t0, def), class("aa", t0, def)}, "aa", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, others := pickMarkedClass(tc.classes, ipamv1.AnnotationDefaultClass)
+			name := ""
+			if got != nil {
+				name = got.Name
+			}
+			if name != tc.want || len(others) != tc.wantOthers {
+				t.Fatalf("got %q (others %v), want %q with %d others", name, others, tc.want, tc.wantOthers)
+			}
+		})
+	}
+}
+
+func addr(name, ip string, created time.Time, ref *ipamv1.ClaimReference) ipamv1.IPAddress {
+	return ipamv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+		Spec:       ipamv1.IPAddressSpec{Address: ip, ClaimRef: ref},
+	}
+}
+
+func TestSortClaimAddresses(t *testing.T) {
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "new"},
+		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
+	mine := &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: "new"}
+	noUID := &ipamv1.ClaimReference{Namespace: "ns", Name: "c"}
+	older := &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: "old"}
+
+	got := sortClaimAddresses(claim, []ipamv1.IPAddress{
+		addr("second", "203.0.113.2", t0.Add(time.Second), mine),
+		addr("first", "203.0.113.1", t0, noUID),
+		addr("v6", "2001:db8::1", t0, mine),
+		addr("previous-claim", "203.0.113.3", t0.Add(-time.Hour), older),
+	})
+	if got.kept[ipamv1.IPv4] == nil || got.kept[ipamv1.IPv4].Name != "first" {
+		t.Fatalf("kept %v, want the oldest address, first", got.kept)
+	}
+	if len(got.needUID) != 1 || got.needUID[0].Name != "first" {
+		t.Fatalf("needUID %v, want first", got.needUID)
+	}
+	var surplus []string
+	for _, a := range got.surplus {
+		surplus = append(surplus, a.Name)
+	}
+	if len(surplus) != 2 || surplus[0] != "v6" || surplus[1] != "second" {
+		t.Fatalf("surplus %v, want [v6 second] (an unrequested family, then the younger IPv4)", surplus)
+	}
+}
+
+func TestDecideClaimStatus(t *testing.T) {
+	v4 := addr("ip-203-0-113-1", "203.0.113.1", t0, nil)
+	v6 := addr("ip-2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", t0, nil)
+	lost := v4
+	lost.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionLost, Status: metav1.ConditionTrue}}
+	claim := func(fam ipamv1.IPFamily, phase ipamv1.ClaimPhase) *ipamv1.IPAddressClaim {
+		return &ipamv1.IPAddressClaim{Spec: ipamv1.IPAddressClaimSpec{Family: fam}, Status: ipamv1.IPAddressClaimStatus{Phase: phase,
+			Addresses: []ipamv1.ClaimedAddress{{Name: v4.Name, Family: ipamv1.IPv4}}}}
+	}
+	for _, tc := range []struct {
+		name       string
+		claim      *ipamv1.IPAddressClaim
+		kept       map[ipamv1.IPFamily]*ipamv1.IPAddress
+		wait       *waiting
+		wantPhase  ipamv1.ClaimPhase
+		wantReason string
+		wantAddrs  int
+	}{
+		{"new claim, nothing yet", claim(ipamv1.IPv4, ""), nil, nil, ipamv1.ClaimPending, ipamv1.ReasonWaitingForAddress, 0},
+		{"waiting with a reason", claim(ipamv1.IPv4, ""), nil, &waiting{ipamv1.ReasonClassNotFound, "x"}, ipamv1.ClaimPending, ipamv1.ReasonClassNotFound, 0},
+		{"bound", claim(ipamv1.IPv4, ipamv1.ClaimPending), map[ipamv1.IPFamily]*ipamv1.IPAddress{ipamv1.IPv4: &v4}, nil, ipamv1.ClaimBound, ipamv1.ReasonBound, 1},
+		{"dual half bound", claim(ipamv1.Dual, ipamv1.ClaimPending), map[ipamv1.IPFamily]*ipamv1.IPAddress{ipamv1.IPv4: &v4}, nil, ipamv1.ClaimPending, ipamv1.ReasonWaitingForAddress, 1},
+		{"dual bound", claim(ipamv1.Dual, ""), map[ipamv1.IPFamily]*ipamv1.IPAddress{ipamv1.IPv4: &v4, ipamv1.IPv6: &v6}, nil, ipamv1.ClaimBound, ipamv1.ReasonBound, 2},
+		{"bound then address gone", claim(ipamv1.IPv4, ipamv1.ClaimBound), nil, nil, ipamv1.ClaimLost, ipamv1.ReasonAddressLost, 0},
+		{"bound then address lost", claim(ipamv1.IPv4, ipamv1.ClaimBound), map[ipamv1.IPFamily]*ipamv1.IPAddress{ipamv1.IPv4: &lost}, nil, ipamv1.ClaimLost, ipamv1.ReasonAddressLost, 1},
+		{"lost then recovered", claim(ipamv1.IPv4, ipamv1.ClaimLost), map[ipamv1.IPFamily]*ipamv1.IPAddress{ipamv1.IPv4: &v4}, nil, ipamv1.ClaimBound, ipamv1.ReasonBound, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decideClaimStatus(tc.claim, tc.kept, tc.wait)
+			if got.phase != tc.wantPhase || got.reason != tc.wantReason || len(got.addresses) != tc.wantAddrs {
+				t.Fatalf("got phase=%s reason=%s addresses=%v, want %s/%s/%d", got.phase, got.reason, got.addresses, tc.wantPhase, tc.wantReason, tc.wantAddrs)
+			}
+			if got.message == "" {
+				t.Fatal("every outcome needs a message")
+			}
+		})
+	}
+}
+
+func TestDecideAddress(t *testing.T) {
+	ref := &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: types.UID("u")}
+	hour := time.Hour
+	releasedAt := metav1.NewTime(t0.Add(-30 * time.Minute))
+	mk := func(ref *ipamv1.ClaimReference, policy ipamv1.ReclaimPolicy, phase ipamv1.AddressPhase, released *metav1.Time, conds ...string) *ipamv1.IPAddress {
+		a := addr("a", "203.0.113.1", t0, ref)
+		a.Spec.ReclaimPolicy, a.Status.Phase, a.Status.ReleasedAt = policy, phase, released
+		for _, c := range conds {
+			a.Status.Conditions = append(a.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue})
+		}
+		return &a
+	}
+	for _, tc := range []struct {
+		name      string
+		a         *ipamv1.IPAddress
+		claim     claimState
+		delay     *time.Duration
+		want      ipamv1.AddressPhase
+		clear     bool
+		del       bool
+		released  bool
+		requeueIn time.Duration
+	}{
+		{"unbound", mk(nil, ipamv1.ReclaimRetain, "", nil), claimGone, nil, ipamv1.AddressAvailable, false, false, false, 0},
+		{"bound to a live claim", mk(ref, ipamv1.ReclaimRetain, "", nil), claimLive, nil, ipamv1.AddressBound, false, false, false, 0},
+		{"claim terminating keeps Bound", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil), claimTerminating, nil, ipamv1.AddressBound, false, false, false, 0},
+		{"claim gone, Retain", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil), claimGone, nil, ipamv1.AddressReleased, false, false, true, 0},
+		{"claim gone, Delete", mk(ref, ipamv1.ReclaimDelete, ipamv1.AddressBound, nil), claimGone, nil, ipamv1.AddressBound, false, true, false, 0},
+		{"released, delay pending", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressReleased, &releasedAt), claimGone, &hour, ipamv1.AddressReleased, false, false, true, 30 * time.Minute},
+		{"released, delay passed", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressReleased, &releasedAt), claimGone, ptr(10 * time.Minute), ipamv1.AddressAvailable, true, false, false, 0},
+		{"released, zero delay", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressReleased, &releasedAt), claimGone, ptr(time.Duration(0)), ipamv1.AddressAvailable, true, false, false, 0},
+		{"conflict wins", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil, ipamv1.ConditionConflict), claimLive, nil, ipamv1.AddressConflict, false, false, false, 0},
+		{"lost", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil, ipamv1.ConditionLost), claimLive, nil, ipamv1.AddressLost, false, false, false, 0},
+		{"conflict over lost", mk(nil, ipamv1.ReclaimRetain, "", nil, ipamv1.ConditionLost, ipamv1.ConditionConflict), claimGone, nil, ipamv1.AddressConflict, false, false, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decideAddress(tc.a, tc.claim, tc.delay, t0)
+			if d.delete != tc.del {
+				t.Fatalf("delete=%v, want %v", d.delete, tc.del)
+			}
+			if tc.del {
+				return
+			}
+			if d.phase != tc.want || d.clearClaimRef != tc.clear || (d.releasedAt != nil) != tc.released || d.requeueAfter != tc.requeueIn {
+				t.Fatalf("got %+v, want phase=%s clear=%v releasedAt set=%v requeue=%s", d, tc.want, tc.clear, tc.released, tc.requeueIn)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestSummarizeNames(t *testing.T) {
+	if got := summarizeNames([]string{"c", "a", "b"}, 5); got != "a, b, c" {
+		t.Fatal(got)
+	}
+	if got := summarizeNames([]string{"e", "d", "c", "b", "a", "f", "g"}, 5); got != "a, b, c, d, e and 2 more" {
+		t.Fatal(got)
+	}
+}

@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// ensureFinalizer adds a finalizer with a merge patch, writing nothing when it is there.
+func ensureFinalizer(ctx context.Context, c client.Client, o client.Object, finalizer string) error {
+	if controllerutil.ContainsFinalizer(o, finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(o, finalizer)
+	return c.Patch(ctx, o, patch)
+}
+
+// removeFinalizer removes a finalizer with a merge patch guarded by resourceVersion, so that
+// the finalizers of others (the driver's) are never lost.
+func removeFinalizer(ctx context.Context, c client.Client, o client.Object, finalizer string) error {
+	if !controllerutil.ContainsFinalizer(o, finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(o, finalizer)
+	return client.IgnoreNotFound(c.Patch(ctx, o, patch))
+}
+
+// ignoreConflict treats a lost optimistic-concurrency race as success: the winner's change
+// brings a new event and a fresh pass.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// deletionPredicate passes updates that start an object's deletion or change its finalizers.
+func deletionPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return (e.ObjectOld.GetDeletionTimestamp() == nil) != (e.ObjectNew.GetDeletionTimestamp() == nil) ||
+				!equality.Semantic.DeepEqual(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// equalClaimStatus compares statuses ignoring condition transition times, which
+// SetStatusCondition preserves anyway when nothing else changed.
+func equalClaimStatus(a, b *ipamv1.IPAddressClaimStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// timesEqual compares optional timestamps at the second precision the API stores.
+func timesEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Unix() == b.Unix()
+}
+
+// quietConflict turns a lost optimistic-concurrency race into a prompt retry instead of an
+// error: the object changed under us, and the next pass reads the new version.
+func quietConflict(res reconcile.Result, err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
+	return res, err
+}

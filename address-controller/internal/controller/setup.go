@@ -1,0 +1,44 @@
+// Package controller holds the core's reconcilers: claims (binding and release), addresses
+// (phase, protection, releaseDelay) and classes (protection).
+package controller
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+// Options tunes the controllers.
+type Options struct {
+	// Workers is the number of concurrent reconciles of each controller.
+	Workers int
+	// RegisterMetrics adds the project's metrics to controller-runtime's registry (off in tests
+	// that start several managers in one process).
+	RegisterMetrics bool
+}
+
+// Setup registers the indexes and every controller of the core with mgr.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
+	if err := index.Setup(ctx, mgr); err != nil {
+		return err
+	}
+	m := NewMetrics(mgr.GetCache())
+	if opts.RegisterMetrics {
+		if err := m.Register(metrics.Registry); err != nil {
+			return err
+		}
+	}
+	rec := mgr.GetEventRecorder("address-controller")
+	if err := (&ClaimReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec,
+		Metrics: m, Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&AddressReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec,
+		Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&ClassReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(mgr)
+}

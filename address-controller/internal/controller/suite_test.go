@@ -1,0 +1,408 @@
+package controller
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
+)
+
+// The integration tests run the core and the test driver, each in a manager of its own with its
+// own identity, against a real kube-apiserver and etcd (envtest, KUBEBUILDER_ASSETS from
+// `make binaries`). The apiserver keeps an audit log of writes, so tests can count what each
+// identity wrote.
+
+const (
+	coreUser   = "address-controller"
+	driverUser = "test-driver"
+	driverName = "test.drivers.local.sdn.cozystack.io"
+)
+
+var (
+	scheme   = runtime.NewScheme()
+	testEnv  *envtest.Environment
+	admin    client.Client
+	auditLog string
+	coreCfg  *rest.Config
+	core     *runningManager
+	driver   = &testdriver.Driver{
+		Name:            driverName,
+		IPv4:            netip.MustParsePrefix("198.51.100.0/24"),
+		IPv6:            netip.MustParsePrefix("2001:db8:1::/120"),
+		RegisterIndexes: true,
+	}
+)
+
+type runningManager struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (m *runningManager) stop() error {
+	m.cancel()
+	return <-m.done
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the integration tests through `make test-unit`, or export KUBEBUILDER_ASSETS=$(go run ./tools/cmd/binaries envtest)")
+		return 1
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = ipamv1.AddToScheme(scheme)
+
+	dir, err := os.MkdirTemp("", "address-controller-envtest-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	auditLog = filepath.Join(dir, "audit.log")
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: None
+  verbs: ["get", "list", "watch"]
+- level: Metadata
+`), 0o644); err != nil {
+		panic(err)
+	}
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	api := testEnv.ControlPlane.GetAPIServer()
+	api.Configure().Set("audit-policy-file", policy).Set("audit-log-path", auditLog).
+		Set("audit-log-format", "json").Set("audit-log-mode", "blocking")
+	cfg, err := testEnv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}()
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		panic(err)
+	}
+	coreCfg = userConfig(cfg, coreUser)
+	driverCfg := userConfig(cfg, driverUser)
+
+	core, err = startCore(coreCfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = core.stop() }()
+	drv, err := startManager(driverCfg, func(ctx context.Context, mgr ctrl.Manager) error {
+		return driver.SetupWithManager(ctx, mgr)
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = drv.stop() }()
+	return m.Run()
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("TEST_VERBOSE_LOGS") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}
+
+func userConfig(cfg *rest.Config, name string) *rest.Config {
+	user, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		panic(err)
+	}
+	c := user.Config()
+	c.QPS, c.Burst = 200, 400
+	return c
+}
+
+func startCore(cfg *rest.Config) (*runningManager, error) {
+	return startManager(cfg, func(ctx context.Context, mgr ctrl.Manager) error {
+		return Setup(ctx, mgr, Options{Workers: 4})
+	})
+}
+
+func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) error) (*runningManager, error) {
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Tests restart the core in one process: the same controller names come back.
+		Controller: config.Controller{SkipNameValidation: &skip},
+		Cache:      cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := setup(ctx, mgr); err != nil {
+		cancel()
+		return nil, err
+	}
+	m := &runningManager{cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return nil, fmt.Errorf("caches did not sync")
+	}
+	return m, nil
+}
+
+// --- helpers shared by the tests ---
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	if err := admin.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := admin.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func newClass(t *testing.T, name, provisioner string, mutate ...func(*ipamv1.IPAddressClass)) *ipamv1.IPAddressClass {
+	t.Helper()
+	c := &ipamv1.IPAddressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       ipamv1.IPAddressClassSpec{Provisioner: provisioner},
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	create(t, c)
+	return c
+}
+
+func newClaim(t *testing.T, ns, name, class string, fam ipamv1.IPFamily, mutate ...func(*ipamv1.IPAddressClaim)) *ipamv1.IPAddressClaim {
+	t.Helper()
+	c := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       ipamv1.IPAddressClaimSpec{ClassName: class, Family: fam},
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	create(t, c)
+	return c
+}
+
+// newAddress pre-provisions an address by hand, as an admin does.
+func newAddress(t *testing.T, ip, class string, ref *ipamv1.ClaimReference) *ipamv1.IPAddress {
+	t.Helper()
+	a := &ipamv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip))},
+		Spec:       ipamv1.IPAddressSpec{Address: ip, ClassName: class, ClaimRef: ref},
+	}
+	create(t, a)
+	return a
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) {
+			ok, err := cond()
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			return ok, nil
+		})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+	}
+}
+
+// consistently fails if cond turns false within d.
+func consistently(t *testing.T, what string, d time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if err != nil || !ok {
+			t.Fatalf("expected %s to hold for %s (err: %v)", what, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func getClaim(t *testing.T, ns, name string) *ipamv1.IPAddressClaim {
+	t.Helper()
+	var c ipamv1.IPAddressClaim
+	if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+func getAddress(t *testing.T, name string) *ipamv1.IPAddress {
+	t.Helper()
+	var a ipamv1.IPAddress
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: name}, &a); err != nil {
+		t.Fatal(err)
+	}
+	return &a
+}
+
+func waitClaimPhase(t *testing.T, ns, name string, phase ipamv1.ClaimPhase) *ipamv1.IPAddressClaim {
+	t.Helper()
+	var c ipamv1.IPAddressClaim
+	eventually(t, fmt.Sprintf("claim %s/%s to be %s", ns, name, phase), func() (bool, error) {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return false, err
+		}
+		return c.Status.Phase == phase, nil
+	})
+	return &c
+}
+
+func waitClaimReason(t *testing.T, ns, name, reason string) *ipamv1.IPAddressClaim {
+	t.Helper()
+	var c ipamv1.IPAddressClaim
+	eventually(t, fmt.Sprintf("claim %s/%s to report %s", ns, name, reason), func() (bool, error) {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return false, err
+		}
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == ipamv1.ConditionBound && cond.Reason == reason {
+				return cond.ObservedGeneration == c.Generation, nil
+			}
+		}
+		return false, nil
+	})
+	return &c
+}
+
+func waitAddressPhase(t *testing.T, name string, phase ipamv1.AddressPhase) *ipamv1.IPAddress {
+	t.Helper()
+	var a ipamv1.IPAddress
+	eventually(t, fmt.Sprintf("address %s to be %s", name, phase), func() (bool, error) {
+		if err := admin.Get(context.Background(), client.ObjectKey{Name: name}, &a); err != nil {
+			return false, err
+		}
+		return a.Status.Phase == phase, nil
+	})
+	return &a
+}
+
+func waitGone(t *testing.T, obj client.Object) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%T %s to be deleted", obj, obj.GetName()), func() (bool, error) {
+		err := admin.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+func del(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := admin.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+}
+
+// events returns the events (events.k8s.io) about the named object with the given reason.
+func eventsFor(t *testing.T, namespace, name, reason string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && (reason == "" || e.Reason == reason) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func waitEvent(t *testing.T, namespace, name, reason string) eventsv1.Event {
+	t.Helper()
+	var found []eventsv1.Event
+	eventually(t, fmt.Sprintf("event %s on %s", reason, name), func() (bool, error) {
+		found = eventsFor(t, namespace, name, reason)
+		return len(found) > 0, nil
+	})
+	return found[0]
+}
+
+// auditedWrites counts the writes user made since `since`, skipping leader-election leases.
+func auditedWrites(t *testing.T, user string, since time.Time) []string {
+	t.Helper()
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev struct {
+			Verb       string    `json:"verb"`
+			RequestURI string    `json:"requestURI"`
+			Stamp      time.Time `json:"requestReceivedTimestamp"`
+			User       struct {
+				Username string `json:"username"`
+			} `json:"user"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stamp.Before(since) {
+			continue
+		}
+		if strings.Contains(ev.RequestURI, "/leases/") {
+			continue
+		}
+		out = append(out, ev.Verb+" "+ev.RequestURI)
+	}
+	return out
+}

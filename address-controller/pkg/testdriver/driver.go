@@ -1,0 +1,242 @@
+// Package testdriver is an in-memory address driver that keeps the core's driver contract: it
+// accepts the classes naming it, provisions addresses for the claims the core stamps with its
+// name, from a range it is given, pre-bound to the claim, and tears them down through its own
+// finalizer. The core's tests run against it; a real driver's tests can run the same scenarios.
+//
+// A class parameter "accept: false" makes the driver refuse the class (Accepted=False, reason
+// Refused), for tests of refused classes.
+package testdriver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+// Driver provisions addresses from fixed prefixes.
+type Driver struct {
+	// Name is the provisioner name classes use.
+	Name string
+	// IPv4 and IPv6 are the ranges addresses are taken from.
+	IPv4, IPv6 netip.Prefix
+	// RegisterIndexes registers the shared field indexes (when the driver has a manager of its
+	// own, as a real driver does).
+	RegisterIndexes bool
+
+	client client.Client
+	mu     sync.Mutex
+	// provisioned counts the addresses created, for tests.
+	provisioned int
+	// inFlight records, per claim uid and family, when the driver last created an address, so a
+	// pass that runs before the cache shows the new address does not create a second one.
+	inFlight map[string]time.Time
+}
+
+// Finalizer is the driver's teardown finalizer on the addresses it creates.
+func (d *Driver) Finalizer() string { return "teardown." + d.Name }
+
+// Provisioned returns how many addresses the driver created.
+func (d *Driver) Provisioned() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.provisioned
+}
+
+// SetupWithManager registers the driver's three controllers.
+func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	d.client = mgr.GetClient()
+	if d.RegisterIndexes {
+		if err := index.Setup(ctx, mgr); err != nil {
+			return err
+		}
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("testdriver-class").
+		For(&ipamv1.IPAddressClass{}).Complete(reconcile.Func(d.reconcileClass)); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("testdriver-claim").
+		For(&ipamv1.IPAddressClaim{}).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if ref := o.(*ipamv1.IPAddress).Spec.ClaimRef; ref != nil {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+			}
+			return nil
+		})).
+		// A class that becomes Accepted releases the claims waiting for it.
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var claims ipamv1.IPAddressClaimList
+			if err := d.client.List(ctx, &claims, client.MatchingFields{index.ClaimWaitingForClass: o.GetName()}); err != nil {
+				return nil
+			}
+			reqs := make([]reconcile.Request, 0, len(claims.Items))
+			for _, c := range claims.Items {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+			}
+			return reqs
+		})).
+		Complete(reconcile.Func(d.reconcileClaim)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("testdriver-address").
+		For(&ipamv1.IPAddress{}).Complete(reconcile.Func(d.reconcileAddress))
+}
+
+func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var class ipamv1.IPAddressClass
+	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if class.Spec.Provisioner != d.Name || class.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	cond := metav1.Condition{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted",
+		Message: "the test driver provisions from " + d.IPv4.String() + " and " + d.IPv6.String(), ObservedGeneration: class.Generation}
+	if class.Spec.Parameters["accept"] == "false" {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Refused", "parameter accept is false"
+	}
+	orig := class.DeepCopy()
+	if !meta.SetStatusCondition(&class.Status.Conditions, cond) {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, d.client.Status().Patch(ctx, &class, client.MergeFrom(orig))
+}
+
+func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var claim ipamv1.IPAddressClaim
+	if err := d.client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if claim.Annotations[ipamv1.AnnotationProvisioner] != d.Name || claim.DeletionTimestamp != nil ||
+		claim.Status.ClassName == "" || claim.Status.Phase == ipamv1.ClaimBound || claim.Status.Phase == ipamv1.ClaimLost {
+		return reconcile.Result{}, nil
+	}
+	var class ipamv1.IPAddressClass
+	if err := d.client.Get(ctx, types.NamespacedName{Name: claim.Status.ClassName}, &class); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if class.Spec.Provisioner != d.Name || !meta.IsStatusConditionTrue(class.Status.Conditions, ipamv1.ConditionAccepted) {
+		return reconcile.Result{}, nil
+	}
+	var bound ipamv1.IPAddressList
+	if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
+		return reconcile.Result{}, err
+	}
+	have := map[ipamv1.IPFamily]bool{}
+	for _, a := range bound.Items {
+		if ref := a.Spec.ClaimRef; ref.UID == "" || ref.UID == claim.UID {
+			if ip, err := ipamv1.ParseCanonical(a.Spec.Address); err == nil {
+				have[ipamv1.FamilyOf(ip)] = true
+			}
+		}
+	}
+	for _, fam := range claim.Spec.Family.Families() {
+		key := string(claim.UID) + "/" + string(fam)
+		if have[fam] {
+			d.forget(key)
+			continue
+		}
+		if d.recentlyProvisioned(key) {
+			// The address exists but the cache has not shown it yet: wait for its event.
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		if err := d.provision(ctx, &claim, &class, fam); err != nil {
+			return reconcile.Result{}, err
+		}
+		d.remember(key)
+	}
+	return reconcile.Result{}, nil
+}
+
+// provision creates an IPAddress for the first free IP of the family's prefix. The object's name
+// is the lock: a Create that finds the name taken moves on to the next IP.
+func (d *Driver) provision(ctx context.Context, claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass, fam ipamv1.IPFamily) error {
+	prefix := d.IPv4
+	if fam == ipamv1.IPv6 {
+		prefix = d.IPv6
+	}
+	policy := class.Spec.ReclaimPolicy
+	if policy == "" {
+		policy = ipamv1.ReclaimRetain
+	}
+	for ip := prefix.Masked().Addr(); prefix.Contains(ip); ip = ip.Next() {
+		name := ipamv1.AddressName(ip)
+		var existing ipamv1.IPAddress
+		if err := d.client.Get(ctx, types.NamespacedName{Name: name}, &existing); err == nil {
+			continue
+		} else if !apierrors.IsNotFound(err) {
+			return err
+		}
+		a := &ipamv1.IPAddress{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{d.Finalizer()}},
+			Spec: ipamv1.IPAddressSpec{
+				Address:       ip.String(),
+				ClassName:     class.Name,
+				ReclaimPolicy: policy,
+				ClaimRef:      &ipamv1.ClaimReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+			},
+		}
+		err := d.client.Create(ctx, a)
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err == nil {
+			d.mu.Lock()
+			d.provisioned++
+			d.mu.Unlock()
+		}
+		return err
+	}
+	return fmt.Errorf("range %s of driver %s is exhausted", prefix, d.Name)
+}
+
+func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var a ipamv1.IPAddress
+	if err := d.client.Get(ctx, req.NamespacedName, &a); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if a.DeletionTimestamp == nil || !slices.Contains(a.Finalizers, d.Finalizer()) {
+		return reconcile.Result{}, nil
+	}
+	// Teardown: nothing to release in memory; a real driver frees the IP here.
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(&a, d.Finalizer())
+	return reconcile.Result{}, client.IgnoreNotFound(d.client.Patch(ctx, &a, patch))
+}
+
+func (d *Driver) remember(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inFlight == nil {
+		d.inFlight = map[string]time.Time{}
+	}
+	d.inFlight[key] = time.Now()
+}
+
+func (d *Driver) forget(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.inFlight, key)
+}
+
+func (d *Driver) recentlyProvisioned(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.inFlight[key]
+	return ok && time.Since(t) < 10*time.Second
+}

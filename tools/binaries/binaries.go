@@ -1,0 +1,203 @@
+// Package binaries builds the pinned control-plane binaries from Go modules and finds them in a
+// cache outside the checkout.
+//
+// Each component is pinned by a tiny Go module of its own under tools/binaries/<component>
+// (kept out of go.work). A build runs `go build` inside that module and installs the result into
+//
+//	$XDG_CACHE_HOME/reserved-ips/bin/<component>/<version>-<goos>-<goarch>/
+//
+// (~/.cache when XDG_CACHE_HOME is unset). A directory is only ever renamed into place when
+// complete, and builds take a file lock, so interrupted or concurrent builds never leave a
+// half-written binary behind.
+package binaries
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// Component is one pinned upstream project and the commands built from it.
+type Component struct {
+	// Name is the cache key and the name of the pin module's directory.
+	Name string
+	// Module is the upstream Go module the pin requires.
+	Module string
+	// Version is the upstream version; it must match the pin module's go.mod.
+	Version string
+	// Packages are the main packages built, in the order of Commands.
+	Packages []string
+	// Commands are the file names of the built binaries.
+	Commands []string
+	// LDFlags are extra linker flags (version stamping).
+	LDFlags string
+	// Files are directories of the upstream module copied beside the binaries
+	// (source path in the module → destination name).
+	Files map[string]string
+}
+
+const (
+	KubernetesVersion    = "v1.37.2"
+	EtcdVersion          = "v3.6.16"
+	MetalLBVersion       = "v0.15.2"
+	ControllerGenVersion = "v0.23.0"
+)
+
+var (
+	Kubernetes = Component{
+		Name:    "kubernetes",
+		Module:  "k8s.io/kubernetes",
+		Version: KubernetesVersion,
+		Packages: []string{
+			"k8s.io/kubernetes/cmd/kube-apiserver",
+			"k8s.io/kubernetes/cmd/kube-controller-manager",
+			"k8s.io/kubernetes/cmd/kubectl",
+		},
+		Commands: []string{"kube-apiserver", "kube-controller-manager", "kubectl"},
+		// Without these the servers report v0.0.0-master, which Helm's kubeVersion checks reject.
+		LDFlags: "-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
+			" -X k8s.io/component-base/version.gitMajor=1" +
+			" -X k8s.io/component-base/version.gitMinor=37" +
+			" -X k8s.io/component-base/version.gitTreeState=clean" +
+			" -X k8s.io/client-go/pkg/version.gitVersion=" + KubernetesVersion +
+			" -X k8s.io/client-go/pkg/version.gitMajor=1" +
+			" -X k8s.io/client-go/pkg/version.gitMinor=37",
+	}
+	Etcd = Component{
+		Name:     "etcd",
+		Module:   "go.etcd.io/etcd/server/v3",
+		Version:  EtcdVersion,
+		Packages: []string{"go.etcd.io/etcd/server/v3"},
+		Commands: []string{"etcd"},
+	}
+	MetalLB = Component{
+		Name:     "metallb",
+		Module:   "go.universe.tf/metallb",
+		Version:  MetalLBVersion,
+		Packages: []string{"go.universe.tf/metallb/controller"},
+		Commands: []string{"metallb-controller"},
+		Files: map[string]string{
+			"config/crd/bases": "crds",
+			"charts/metallb":   "chart",
+		},
+	}
+	ControllerGen = Component{
+		Name:     "controller-gen",
+		Module:   "sigs.k8s.io/controller-tools",
+		Version:  ControllerGenVersion,
+		Packages: []string{"sigs.k8s.io/controller-tools/cmd/controller-gen"},
+		Commands: []string{"controller-gen"},
+	}
+)
+
+// All lists every component, in build order (fast ones first).
+var All = []Component{ControllerGen, Etcd, MetalLB, Kubernetes}
+
+// ByName returns the component called name.
+func ByName(name string) (Component, bool) {
+	for _, c := range All {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Component{}, false
+}
+
+// CacheRoot is the directory holding every built component.
+func CacheRoot() (string, error) {
+	if d := os.Getenv("RESERVED_IPS_BIN_CACHE"); d != "" {
+		return d, nil
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("locating the binary cache: neither XDG_CACHE_HOME nor HOME is usable: %w", err)
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "reserved-ips", "bin"), nil
+}
+
+// Dir is where the component's binaries live once built.
+func (c Component) Dir() (string, error) {
+	root, err := CacheRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, c.Name, c.Version+"-"+runtime.GOOS+"-"+runtime.GOARCH), nil
+}
+
+// Path returns the path of one of the component's commands or copied directories, or an error
+// telling how to build it when it is not in the cache.
+func (c Component) Path(file string) (string, error) {
+	dir, err := c.Dir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, file)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s %s is not built (%s missing): run `make binaries` first", c.Name, c.Version, p)
+	}
+	return p, nil
+}
+
+// Built reports whether the component is complete in the cache.
+func (c Component) Built() bool {
+	dir, err := c.Dir()
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(dir, doneMarker))
+	return err == nil
+}
+
+// doneMarker is written last; a directory without it is never used.
+const doneMarker = ".complete"
+
+// Tool returns the path of a built command, searching every component.
+func Tool(command string) (string, error) {
+	for _, c := range All {
+		for _, cmd := range c.Commands {
+			if cmd == command {
+				return c.Path(command)
+			}
+		}
+	}
+	return "", fmt.Errorf("no pinned component builds %q", command)
+}
+
+// EnvtestAssets returns a directory laid out as controller-runtime's envtest expects
+// (kube-apiserver, etcd and kubectl side by side), suitable for KUBEBUILDER_ASSETS. It is
+// made of symlinks into the component directories and created on first use.
+func EnvtestAssets() (string, error) {
+	root, err := CacheRoot()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "envtest", fmt.Sprintf("kubernetes-%s_etcd-%s-%s-%s",
+		Kubernetes.Version, Etcd.Version, runtime.GOOS, runtime.GOARCH))
+	links := map[string]Component{"kube-apiserver": Kubernetes, "kubectl": Kubernetes, "etcd": Etcd}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, c := range links {
+		target, err := c.Path(name)
+		if err != nil {
+			return "", err
+		}
+		link := filepath.Join(dir, name)
+		if cur, err := os.Readlink(link); err == nil && cur == target {
+			continue
+		}
+		tmp := fmt.Sprintf("%s.tmp%d", link, os.Getpid())
+		if err := os.Symlink(target, tmp); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}

@@ -1,0 +1,219 @@
+package binaries
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Builder builds components from their pin modules.
+type Builder struct {
+	// PinsDir holds one pin module per component (tools/binaries in the checkout).
+	PinsDir string
+	// Progress receives one line per step and a heartbeat during long compiles.
+	Progress io.Writer
+	// Heartbeat is the interval of "still building" lines; 30s when zero.
+	Heartbeat time.Duration
+	// Go is the go command; "go" when empty.
+	Go string
+}
+
+// Ensure builds the component unless the cache already holds it.
+func (b *Builder) Ensure(c Component) error {
+	if c.Built() {
+		dir, _ := c.Dir()
+		b.say("[%s %s] cached in %s", c.Name, c.Version, dir)
+		return nil
+	}
+	root, err := CacheRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("creating the binary cache %s: %w", root, err)
+	}
+	unlock, err := lockFile(filepath.Join(root, c.Name+".lock"))
+	if err != nil {
+		return fmt.Errorf("locking the cache for %s: %w", c.Name, err)
+	}
+	defer unlock()
+	if c.Built() { // another process finished it while we waited for the lock
+		b.say("[%s %s] built by another process", c.Name, c.Version)
+		return nil
+	}
+	if err := b.build(c); err != nil {
+		return fmt.Errorf("building %s %s: %w", c.Name, c.Version, err)
+	}
+	return nil
+}
+
+func (b *Builder) build(c Component) error {
+	pin := filepath.Join(b.PinsDir, c.Name)
+	if err := b.checkPin(c, pin); err != nil {
+		return err
+	}
+	final, err := c.Dir()
+	if err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf("%s.partial-%d", final, os.Getpid())
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	start := time.Now()
+	for i, pkg := range c.Packages {
+		cmd := c.Commands[i]
+		b.say("[%s %s] compiling %s (%d/%d)", c.Name, c.Version, cmd, i+1, len(c.Packages))
+		args := []string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + c.LDFlags),
+			"-o", filepath.Join(tmp, cmd), pkg}
+		if out, err := b.run(pin, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
+			return fmt.Errorf("go build %s failed: %w\n%s", pkg, err, tail(out, 40))
+		}
+	}
+	if len(c.Files) > 0 {
+		modDir, err := b.moduleDir(pin, c)
+		if err != nil {
+			return err
+		}
+		for src, dst := range c.Files {
+			b.say("[%s %s] copying %s", c.Name, c.Version, src)
+			if err := copyTree(filepath.Join(modDir, src), filepath.Join(tmp, dst)); err != nil {
+				return fmt.Errorf("copying %s from %s: %w", src, c.Module, err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, doneMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	b.say("[%s %s] done in %s: %s", c.Name, c.Version, time.Since(start).Round(time.Second), final)
+	return nil
+}
+
+// checkPin fails when the pin module requires another version than the code expects, so the
+// cache key can never lie about what was built.
+func (b *Builder) checkPin(c Component, pin string) error {
+	if _, err := os.Stat(filepath.Join(pin, "go.mod")); err != nil {
+		return fmt.Errorf("pin module %s not found (run from the checkout, or pass -pins): %w", pin, err)
+	}
+	out, err := b.run(pin, "", "list", "-m", "-f", "{{.Version}}", c.Module)
+	if err != nil {
+		return fmt.Errorf("reading the pinned version of %s: %w\n%s", c.Module, err, tail(out, 20))
+	}
+	if got := strings.TrimSpace(string(out)); got != c.Version {
+		return fmt.Errorf("pin module %s requires %s %s, but the code expects %s", pin, c.Module, got, c.Version)
+	}
+	return nil
+}
+
+func (b *Builder) moduleDir(pin string, c Component) (string, error) {
+	out, err := b.run(pin, "", "mod", "download", "-json", c.Module+"@"+c.Version)
+	if err != nil {
+		return "", fmt.Errorf("downloading %s: %w\n%s", c.Module, err, tail(out, 20))
+	}
+	var info struct{ Dir string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		return "", fmt.Errorf("locating %s in the module cache: %v", c.Module, err)
+	}
+	return info.Dir, nil
+}
+
+// run executes the go command in dir, outside any workspace, printing a heartbeat while it runs.
+func (b *Builder) run(dir, heartbeat string, args ...string) ([]byte, error) {
+	goCmd := b.Go
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.Command(goCmd, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	every := b.Heartbeat
+	if every == 0 {
+		every = 30 * time.Second
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	start := time.Now()
+	for {
+		select {
+		case err := <-done:
+			return out.Bytes(), err
+		case <-ticker.C:
+			if heartbeat != "" {
+				b.say("%s (%s)", heartbeat, time.Since(start).Round(time.Second))
+			}
+		}
+	}
+}
+
+func (b *Builder) say(format string, args ...any) {
+	if b.Progress != nil {
+		fmt.Fprintf(b.Progress, format+"\n", args...)
+	}
+}
+
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}
+
+func tail(out []byte, lines int) string {
+	parts := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}

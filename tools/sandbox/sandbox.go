@@ -1,0 +1,90 @@
+// Package sandbox turns a local control plane into a Cozystack-shaped cluster: the platform's
+// namespaces, then every add-on (the project's controllers, charts and examples, as later work
+// plugs them in). The `sandbox` command and the e2e suite's local provider both use it, so what a
+// developer tries by hand is what the tests run.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cozystack/reserved-ips/tools/controlplane"
+)
+
+// TenantLabel marks tenant namespaces on Cozystack; the admission policy selects on it.
+const TenantLabel = "namespace.cozystack.io/host"
+
+// Namespaces of a Cozystack cluster that the project uses, with their labels.
+var Namespaces = []struct {
+	Name   string
+	Labels map[string]string
+}{
+	{"cozy-metallb", nil},
+	{"cozy-address-controller", nil},
+	{"cozy-metallb-iad", nil},
+	{"tenant-root", map[string]string{TenantLabel: "root.example.org"}},
+	{"tenant-example", map[string]string{TenantLabel: "example.example.org"}},
+}
+
+// Addon is one piece set up on top of the control plane, in order. This is where the
+// controllers plug in: an add-on can install manifests, obtain a ServiceAccount kubeconfig with
+// ControlPlane.ServiceAccountKubeconfig and run a process with ControlPlane.StartProcess, which
+// the control plane then stops before its own components.
+type Addon struct {
+	Name string
+	// Hint is printed by the sandbox command under "what to try next" (optional).
+	Hint  string
+	Start func(ctx context.Context, s *Sandbox) error
+}
+
+// Addons run in this order on every sandbox and e2e cluster.
+var Addons = []Addon{
+	{Name: "namespaces", Start: createNamespaces},
+}
+
+// Options configures Start.
+type Options struct {
+	// ControlPlane configures the underlying control plane.
+	ControlPlane controlplane.Options
+	// Logf receives progress lines (also passed to the control plane when it has none).
+	Logf func(format string, args ...any)
+}
+
+// Sandbox is a running control plane with every add-on set up.
+type Sandbox struct {
+	*controlplane.ControlPlane
+	Logf func(format string, args ...any)
+}
+
+// Start starts the control plane and the add-ons; on error everything is stopped again.
+func Start(ctx context.Context, opts Options) (*Sandbox, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if opts.ControlPlane.Logf == nil {
+		opts.ControlPlane.Logf = logf
+	}
+	cp, err := controlplane.Start(ctx, opts.ControlPlane)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{ControlPlane: cp, Logf: logf}
+	for _, a := range Addons {
+		logf("setting up %s", a.Name)
+		if err := a.Start(ctx, s); err != nil {
+			_ = cp.Stop()
+			return nil, fmt.Errorf("setting up %s: %w", a.Name, err)
+		}
+	}
+	return s, nil
+}
+
+func createNamespaces(ctx context.Context, s *Sandbox) error {
+	for _, ns := range Namespaces {
+		if err := s.EnsureNamespace(ctx, ns.Name, ns.Labels); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns.Name, err)
+		}
+	}
+	return nil
+}
