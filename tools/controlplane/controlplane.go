@@ -264,8 +264,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	for name, id := range map[string][2]string{
-		"admin":                   {AdminUser, "system:masters"},
-		"kube-controller-manager": {"system:kube-controller-manager", ""},
+		"admin": {AdminUser, "system:masters"},
+		// Its own name (so the audit log tells it apart) but admin rights: with one shared
+		// identity for every controller, the bootstrap role system:kube-controller-manager
+		// is too narrow (the aggregation controller could not patch ClusterRoles).
+		"kube-controller-manager": {"system:kube-controller-manager", "system:masters"},
 		"metallb":                 {MetalLBUser, "system:masters"},
 	} {
 		var groups []string

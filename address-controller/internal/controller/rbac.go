@@ -1,0 +1,16 @@
+package controller
+
+// The core's permissions, from which `make generate` writes config/rbac/role.yaml (and the chart
+// its ClusterRole). Least privilege: the core never creates addresses (drivers do), and only
+// reads classes besides managing their finalizer.
+//
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses,verbs=get;list;watch;patch;update;delete
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/finalizers,verbs=update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
