@@ -40,6 +40,11 @@ type Addon struct {
 // Addons run in this order on every sandbox and e2e cluster.
 var Addons = []Addon{
 	{Name: "namespaces", Start: createNamespaces},
+	{Name: "the local.sdn.cozystack.io CRDs", Start: installCRDs,
+		Hint: "kubectl get ipam -A                              # classes, addresses and claims"},
+	{Name: "address-controller", Start: func(ctx context.Context, s *Sandbox) error {
+		return runController(ctx, s, AddressController)
+	}},
 }
 
 // Options configures Start.
@@ -54,6 +59,8 @@ type Options struct {
 type Sandbox struct {
 	*controlplane.ControlPlane
 	Logf func(format string, args ...any)
+	// Endpoints are the URLs add-ons serve on loopback ("address-controller/metrics", ...).
+	Endpoints map[string]string
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,7 +105,7 @@ func run(dir string) error {
 		_ = os.Remove(filepath.Join(dir, readyFile))
 		logf("stopped")
 	}()
-	fmt.Print(summary(dir, s.Kubeconfig, !temporary))
+	fmt.Print(summary(dir, s.Kubeconfig, s.Endpoints, !temporary))
 	if err := os.WriteFile(filepath.Join(dir, readyFile), []byte(s.Kubeconfig+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func run(dir string) error {
 	}
 }
 
-func summary(dir, kubeconfig string, detached bool) string {
+func summary(dir, kubeconfig string, endpoints map[string]string, detached bool) string {
 	kubectl, err := binaries.Tool("kubectl")
 	if err != nil {
 		kubectl = "kubectl"
@@ -145,6 +147,9 @@ func summary(dir, kubeconfig string, detached bool) string {
 		if a.Hint != "" {
 			b.WriteString("  " + a.Hint + "\n")
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(endpoints)) {
+		fmt.Fprintf(&b, "\n%s: %s", name, endpoints[name])
 	}
 	fmt.Fprintf(&b, "\nComponent logs are in %s/logs.\n", dir)
 	if detached {
