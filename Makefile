@@ -11,6 +11,7 @@ SANDBOX_DIR ?= $(CURDIR)/.sandbox
 GO          ?= go
 BINARIES    := $(GO) run ./tools/cmd/binaries
 TEST_FLAGS  ?=
+GENERATED   := address-controller/api address-controller/config metallb-iad/internal/metallb metallb-iad/config
 
 export GOFLAGS := -buildvcs=false
 
@@ -29,13 +30,16 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC with controller-gen.
 		object:headerFile=hack/boilerplate.go.txt paths=./api/... \
 		crd:generateEmbeddedObjectMeta=false output:crd:artifacts:config=config/crd \
 		rbac:roleName=address-controller output:rbac:artifacts:config=config/rbac paths=./...
+	cd metallb-iad && "$$(cd .. && $(BINARIES) path controller-gen)" \
+		object:headerFile=../address-controller/hack/boilerplate.go.txt paths=./internal/metallb/... \
+		rbac:roleName=metallb-iad output:rbac:artifacts:config=config/rbac paths=./...
 
 .PHONY: check-generated
 check-generated: generate ## Fail when the committed generated files are stale.
-	@if [ -n "$$(git status --porcelain -- address-controller/api address-controller/config metallb-iad/config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated files are stale; run 'make generate' and commit the result:"; \
-		git status --porcelain -- address-controller/api address-controller/config metallb-iad/config; \
-		git --no-pager diff --stat -- address-controller/api address-controller/config metallb-iad/config; \
+		git status --porcelain -- $(GENERATED); \
+		git --no-pager diff --stat -- $(GENERATED); \
 		exit 1; \
 	fi
 

@@ -103,6 +103,15 @@ var AddressController = Controller{
 	RBAC:      "address-controller/config/rbac/role.yaml",
 }
 
+// MetalLBIAD is the MetalLB driver, run as ServiceAccount cozy-metallb-iad/metallb-iad.
+var MetalLBIAD = Controller{
+	Name:      "metallb-iad",
+	Package:   "./metallb-iad/cmd/metallb-iad",
+	Namespace: "cozy-metallb-iad",
+	RBAC:      "metallb-iad/config/rbac/role.yaml",
+	Args:      []string{"--namespace=cozy-metallb-iad"},
+}
+
 // runController builds the controller, grants it its generated RBAC, and runs it as its own
 // ServiceAccount with metrics and probes on free loopback ports.
 func runController(ctx context.Context, s *Sandbox, c Controller) error {

@@ -45,6 +45,11 @@ var Addons = []Addon{
 	{Name: "address-controller", Start: func(ctx context.Context, s *Sandbox) error {
 		return runController(ctx, s, AddressController)
 	}},
+	{Name: "metallb-iad", Start: func(ctx context.Context, s *Sandbox) error {
+		c := MetalLBIAD
+		c.Args = append(c.Args, "--metallb-namespace="+s.MetalLBNamespace)
+		return runController(ctx, s, c)
+	}},
 }
 
 // Options configures Start.

@@ -1,0 +1,360 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/e2e/provider"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
+)
+
+const (
+	driverProvisioner = "metallb.drivers.local.sdn.cozystack.io"
+	driverNamespace   = "cozy-metallb-iad"
+	metallbNamespace  = "cozy-metallb"
+	tenantLabel       = "namespace.cozystack.io/host"
+	pinAnnotation     = "metallb.io/loadBalancerIPs"
+	poolAnnotation    = "metallb.io/address-pool"
+	claimAnnotation   = "local.sdn.cozystack.io/ip-address-claim"
+	pinnedMarker      = "metallb.drivers.local.sdn.cozystack.io/pinned"
+)
+
+var poolGVK = schema.GroupVersionKind{Group: "metallb.io", Version: "v1beta1", Kind: "IPAddressPool"}
+
+// tenantNamespace creates a namespace labelled like a Cozystack tenant's, deleted at the end.
+func tenantNamespace(ctx context.Context, t *testing.T, c client.Client, name string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{tenantLabel: name + ".example.org"}}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// newPool creates a MetalLB pool in cozy-metallb. autoAssign nil leaves MetalLB's default (true).
+func newPool(ctx context.Context, t *testing.T, c client.Client, name string, autoAssign *bool, addresses ...string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(poolGVK)
+	u.SetNamespace(metallbNamespace)
+	u.SetName(name)
+	spec := map[string]any{"addresses": toAny(addresses)}
+	if autoAssign != nil {
+		spec["autoAssign"] = *autoAssign
+	}
+	u.Object["spec"] = spec
+	if err := c.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), u) })
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// newDriverClass creates a class of the MetalLB driver naming pool.
+func newDriverClass(ctx context.Context, t *testing.T, c client.Client, name, pool string, policy ipamv1.ReclaimPolicy) *ipamv1.IPAddressClass {
+	t.Helper()
+	cls := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: driverProvisioner, ReclaimPolicy: policy,
+			Parameters: map[string]string{"pool": pool}}}
+	if err := c.Create(ctx, cls); err != nil {
+		t.Fatal(err)
+	}
+	return cls
+}
+
+// poolWithClass creates an autoAssign: false pool and a class naming it, waits until the driver
+// accepts the class, and tears both down (with every address of the class) at the end.
+func poolWithClass(ctx context.Context, t *testing.T, c client.Client, name string, policy ipamv1.ReclaimPolicy, addresses ...string) *ipamv1.IPAddressClass {
+	t.Helper()
+	newPool(ctx, t, c, name, ptrTo(false), addresses...)
+	cls := newDriverClass(ctx, t, c, name, name, policy)
+	t.Cleanup(func() { deleteClassAndAddresses(t, c, name) })
+	waitAccepted(ctx, t, c, name, metav1.ConditionTrue)
+	return cls
+}
+
+func deleteClassAndAddresses(t *testing.T, c client.Client, class string) {
+	ctx := context.Background()
+	var claims ipamv1.IPAddressClaimList
+	_ = c.List(ctx, &claims)
+	for i := range claims.Items {
+		if claims.Items[i].Status.ClassName == class || claims.Items[i].Spec.ClassName == class {
+			_ = c.Delete(ctx, &claims.Items[i])
+		}
+	}
+	var addrs ipamv1.IPAddressList
+	_ = c.List(ctx, &addrs)
+	for i := range addrs.Items {
+		if addrs.Items[i].Spec.ClassName == class {
+			_ = c.Delete(ctx, &addrs.Items[i])
+		}
+	}
+	_ = c.Delete(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: class}})
+	eventually(ctx, t, 60*time.Second, "class "+class+" to be deleted", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: class}, &ipamv1.IPAddressClass{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+func waitAccepted(ctx context.Context, t *testing.T, c client.Client, class string, status metav1.ConditionStatus) *metav1.Condition {
+	t.Helper()
+	var cond *metav1.Condition
+	eventually(ctx, t, 30*time.Second, fmt.Sprintf("class %s Accepted=%s", class, status), func(ctx context.Context) (bool, error) {
+		var cls ipamv1.IPAddressClass
+		if err := c.Get(ctx, client.ObjectKey{Name: class}, &cls); err != nil {
+			return false, err
+		}
+		cond = meta.FindStatusCondition(cls.Status.Conditions, ipamv1.ConditionAccepted)
+		return cond != nil && cond.Status == status && cond.ObservedGeneration == cls.Generation, nil
+	})
+	return cond
+}
+
+func newTenantClaim(ctx context.Context, t *testing.T, c client.Client, ns, name, class string, fam ipamv1.IPFamily) *ipamv1.IPAddressClaim {
+	t.Helper()
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: class, Family: fam}}
+	if err := c.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+func waitClaimBound(ctx context.Context, t *testing.T, c client.Client, ns, name string) *ipamv1.IPAddressClaim {
+	t.Helper()
+	var claim ipamv1.IPAddressClaim
+	eventually(ctx, t, 60*time.Second, fmt.Sprintf("claim %s/%s to be Bound", ns, name), func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &claim)
+		return claim.Status.Phase == ipamv1.ClaimBound, err
+	})
+	return &claim
+}
+
+func claimIPs(claim *ipamv1.IPAddressClaim) []string {
+	var out []string
+	for _, a := range claim.Status.Addresses {
+		out = append(out, a.Address)
+	}
+	return out
+}
+
+// lbService makes a LoadBalancer Service; families nil leaves the cluster's default (IPv4).
+func lbService(ns, name string, annotations map[string]string, dual bool) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if dual {
+		p := corev1.IPFamilyPolicyRequireDualStack
+		svc.Spec.IPFamilyPolicy = &p
+		svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	}
+	return svc
+}
+
+func ingressOf(svc *corev1.Service) []string {
+	var out []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// waitIngress waits until the Service serves exactly want (nil: nothing).
+func waitIngress(ctx context.Context, t *testing.T, c client.Client, ns, name string, want []string) *corev1.Service {
+	t.Helper()
+	var svc corev1.Service
+	want = sorted(want)
+	eventually(ctx, t, 60*time.Second, fmt.Sprintf("Service %s/%s to serve %v", ns, name, want), func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+			return false, err
+		}
+		return slices.Equal(ingressOf(&svc), want), nil
+	})
+	return &svc
+}
+
+// waitHeld waits until the address is held by exactly one placeholder in the driver's namespace
+// that serves its IP, and is attached to nothing.
+func waitHeld(ctx context.Context, t *testing.T, c client.Client, addressName, ip string) {
+	t.Helper()
+	eventually(ctx, t, 60*time.Second, "address "+addressName+" to be held by a placeholder", func(ctx context.Context) (bool, error) {
+		var a ipamv1.IPAddress
+		if err := c.Get(ctx, client.ObjectKey{Name: addressName}, &a); err != nil {
+			return false, err
+		}
+		if a.Status.AttachedTo != nil || !meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld) {
+			return false, nil
+		}
+		holders, err := servicesServing(ctx, c, ip)
+		return err == nil && len(holders) == 1 && holders[0].Namespace == driverNamespace, err
+	})
+}
+
+// servicesServing lists every Service whose load-balancer status has ip.
+func servicesServing(ctx context.Context, c client.Client, ip string) ([]corev1.Service, error) {
+	var all corev1.ServiceList
+	if err := c.List(ctx, &all); err != nil {
+		return nil, err
+	}
+	var out []corev1.Service
+	for _, s := range all.Items {
+		if slices.Contains(ingressOf(&s), ip) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func waitServiceEvent(ctx context.Context, t *testing.T, c client.Client, ns, name, reason string) eventsv1.Event {
+	t.Helper()
+	var found eventsv1.Event
+	eventually(ctx, t, 30*time.Second, fmt.Sprintf("event %s on %s/%s", reason, ns, name), func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == reason {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+func patchAnnotations(ctx context.Context, t *testing.T, c client.Client, obj client.Object, set map[string]*string) {
+	t.Helper()
+	var parts []string
+	for k, v := range set {
+		if v == nil {
+			parts = append(parts, fmt.Sprintf("%q:null", k))
+		} else {
+			parts = append(parts, fmt.Sprintf("%q:%q", k, *v))
+		}
+	}
+	patch := []byte(`{"metadata":{"annotations":{` + strings.Join(parts, ",") + `}}}`)
+	if err := c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkInvariants verifies the driver's promises over the whole cluster: every address of a
+// MetalLB class is either attached to exactly the one Service serving it, or held by exactly
+// one placeholder; no IP is served by two Services.
+func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
+	t.Helper()
+	eventually(ctx, t, 90*time.Second, "every reserved address held once and no IP served twice", func(ctx context.Context) (bool, error) {
+		var all corev1.ServiceList
+		if err := c.List(ctx, &all); err != nil {
+			return false, err
+		}
+		served := map[string][]corev1.Service{}
+		for _, s := range all.Items {
+			for _, ip := range ingressOf(&s) {
+				served[ip] = append(served[ip], s)
+			}
+		}
+		for ip, svcs := range served {
+			if len(svcs) > 1 {
+				return false, fmt.Errorf("%s is served by %d Services", ip, len(svcs))
+			}
+		}
+		var addrs ipamv1.IPAddressList
+		if err := c.List(ctx, &addrs); err != nil {
+			return false, err
+		}
+		for _, a := range addrs.Items {
+			if a.DeletionTimestamp != nil || !strings.HasPrefix(a.Spec.ClassName, "e2e-") {
+				continue
+			}
+			svcs := served[a.Spec.Address]
+			if len(svcs) != 1 {
+				return false, fmt.Errorf("%s is served by %d Services", a.Spec.Address, len(svcs))
+			}
+			s := svcs[0]
+			switch {
+			case a.Status.AttachedTo != nil:
+				if s.UID != a.Status.AttachedTo.UID {
+					return false, fmt.Errorf("%s is attached to %s but served by %s/%s", a.Name, a.Status.AttachedTo.Name, s.Namespace, s.Name)
+				}
+			case s.Namespace != driverNamespace:
+				return false, fmt.Errorf("%s is not attached but served by %s/%s", a.Name, s.Namespace, s.Name)
+			}
+		}
+		return true, nil
+	})
+}
+
+// restart stops the named processes (as a crash would: SIGKILL) and starts them again.
+func restart(ctx context.Context, t *testing.T, names ...string) {
+	t.Helper()
+	local, ok := cluster.(*provider.LocalCluster)
+	if !ok {
+		t.Skip("restarting components needs the local provider")
+	}
+	var specs []controlplane.ProcessSpec
+	for _, p := range local.Processes() {
+		if slices.Contains(names, p.Spec.Name) {
+			specs = append(specs, p.Spec)
+			if err := local.StopProcess(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(specs) != len(names) {
+		t.Fatalf("found %d of the processes %v", len(specs), names)
+	}
+	for _, spec := range specs {
+		if _, err := local.StartProcess(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func localCluster(t *testing.T) *provider.LocalCluster {
+	t.Helper()
+	local, ok := cluster.(*provider.LocalCluster)
+	if !ok {
+		t.Skip("needs the local provider")
+	}
+	return local
+}

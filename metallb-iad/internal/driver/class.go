@@ -1,0 +1,140 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Reasons of a refused class.
+const (
+	ReasonAccepted           = "Accepted"
+	ReasonPoolNotSet         = "PoolNotSet"
+	ReasonPoolNotFound       = "PoolNotFound"
+	ReasonPoolAutoAssigns    = "PoolAutoAssigns"
+	ReasonPoolClaimedByClass = "PoolClaimedByOtherClass"
+)
+
+// classVerdict decides whether the driver accepts a class: its pool must exist in the MetalLB
+// namespace, set autoAssign: false (MetalLB would otherwise hand its addresses to any Service),
+// and not be named by an older class of this driver (the oldest keeps it; ties: lowest name).
+func classVerdict(class *ipamv1.IPAddressClass, pool *metallb.IPAddressPool, rivals []ipamv1.IPAddressClass, namespace string) (reason, message string) {
+	name := class.Spec.Parameters[ClassParameterPool]
+	switch {
+	case name == "":
+		return ReasonPoolNotSet, "parameters.pool must name a MetalLB IPAddressPool in " + namespace
+	case pool == nil:
+		return ReasonPoolNotFound, fmt.Sprintf("IPAddressPool %s/%s does not exist; create it with autoAssign: false", namespace, name)
+	case pool.Spec.AutoAssign == nil || *pool.Spec.AutoAssign:
+		return ReasonPoolAutoAssigns, fmt.Sprintf("IPAddressPool %s/%s hands its addresses to any Service; set autoAssign: false", namespace, name)
+	}
+	for _, r := range rivals {
+		if r.Name == class.Name || r.DeletionTimestamp != nil || r.Spec.Parameters[ClassParameterPool] != name {
+			continue
+		}
+		if olderClass(&r, class) {
+			return ReasonPoolClaimedByClass, fmt.Sprintf("IPAddressPool %s/%s is already used by class %s; give each class a pool of its own", namespace, name, r.Name)
+		}
+	}
+	return ReasonAccepted, fmt.Sprintf("addresses come from IPAddressPool %s/%s", namespace, name)
+}
+
+func olderClass(a, b *ipamv1.IPAddressClass) bool {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c < 0
+	}
+	return strings.Compare(a.Name, b.Name) < 0
+}
+
+func (d *Driver) setupClasses(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("metallb-iad-class").
+		For(&ipamv1.IPAddressClass{}).
+		// A pool's change, and a rival class's arrival or departure, re-check the classes
+		// naming that pool.
+		Watches(&metallb.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			if o.GetNamespace() != d.MetalLBNamespace {
+				return nil
+			}
+			return d.classesNaming(ctx, o.GetName())
+		})).
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return d.classesNaming(ctx, o.(*ipamv1.IPAddressClass).Spec.Parameters[ClassParameterPool])
+		})).
+		WithOptions(d.controllerOptions()).
+		Complete(reconcile.Func(d.reconcileClass))
+}
+
+func (d *Driver) classesNaming(ctx context.Context, pool string) []reconcile.Request {
+	var classes ipamv1.IPAddressClassList
+	if err := d.client.List(ctx, &classes, client.MatchingFields{indexClassPool: pool}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(classes.Items))
+	for _, c := range classes.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+	}
+	return reqs
+}
+
+func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var class ipamv1.IPAddressClass
+	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if class.Spec.Provisioner != Provisioner || class.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	poolName := class.Spec.Parameters[ClassParameterPool]
+	var pool *metallb.IPAddressPool
+	if poolName != "" {
+		pool = &metallb.IPAddressPool{}
+		if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: poolName}, pool); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, err
+			}
+			pool = nil
+		}
+	}
+	var rivals ipamv1.IPAddressClassList
+	if poolName != "" {
+		if err := d.client.List(ctx, &rivals, client.MatchingFields{indexClassPool: poolName}); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	reason, message := classVerdict(&class, pool, rivals.Items, d.MetalLBNamespace)
+	status := metav1.ConditionTrue
+	if reason != ReasonAccepted {
+		status = metav1.ConditionFalse
+	}
+	orig := class.DeepCopy()
+	prev := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted)
+	changed := meta.SetStatusCondition(&class.Status.Conditions, metav1.Condition{
+		Type: ipamv1.ConditionAccepted, Status: status, Reason: reason, Message: message, ObservedGeneration: class.Generation,
+	})
+	if !changed {
+		return reconcile.Result{}, nil
+	}
+	if err := d.client.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {
+		return reconcile.Result{}, err
+	}
+	if status == metav1.ConditionFalse && (prev == nil || prev.Reason != reason) {
+		d.recorder.Eventf(&class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
+	} else if status == metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue) {
+		d.recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
+	}
+	return reconcile.Result{}, nil
+}

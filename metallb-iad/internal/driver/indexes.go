@@ -1,0 +1,77 @@
+package driver
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+)
+
+const (
+	// indexHoldOf keys a hold placeholder by the IPAddress it holds.
+	indexHoldOf = "metallb-iad.holdOf"
+	// indexProvisioningFor keys a provisioning placeholder by its claim's uid.
+	indexProvisioningFor = "metallb-iad.provisioningFor"
+	// indexServiceLink keys a LoadBalancer Service by the "namespace/claim" it links to.
+	indexServiceLink = "metallb-iad.serviceLink"
+	// indexAttachedTo keys an IPAddress by the "namespace/name" of the Service it is attached to.
+	indexAttachedTo = "metallb-iad.attachedTo"
+	// indexClassPool keys a class of this driver by its pool parameter.
+	indexClassPool = "metallb-iad.classPool"
+)
+
+func setupIndexes(ctx context.Context, mgr manager.Manager) error {
+	if err := index.Setup(ctx, mgr); err != nil {
+		return err
+	}
+	idx := mgr.GetFieldIndexer()
+	for _, f := range []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&corev1.Service{}, indexHoldOf, func(o client.Object) []string {
+			if o.GetLabels()[LabelRole] != RoleHold {
+				return nil
+			}
+			return []string{o.GetLabels()[LabelAddress]}
+		}},
+		{&corev1.Service{}, indexProvisioningFor, func(o client.Object) []string {
+			if o.GetLabels()[LabelRole] != RoleProvisioning {
+				return nil
+			}
+			return []string{o.GetLabels()[LabelClaimUID]}
+		}},
+		{&corev1.Service{}, indexServiceLink, func(o client.Object) []string {
+			svc := o.(*corev1.Service)
+			if svc.Labels[LabelRole] != "" {
+				return nil
+			}
+			name, _ := LinkedClaim(svc)
+			return []string{svc.Namespace + "/" + name}
+		}},
+		{&ipamv1.IPAddress{}, indexAttachedTo, func(o client.Object) []string {
+			at := o.(*ipamv1.IPAddress).Status.AttachedTo
+			if at == nil {
+				return nil
+			}
+			return []string{at.Namespace + "/" + at.Name}
+		}},
+		{&ipamv1.IPAddressClass{}, indexClassPool, func(o client.Object) []string {
+			c := o.(*ipamv1.IPAddressClass)
+			if c.Spec.Provisioner != Provisioner {
+				return nil
+			}
+			return []string{c.Spec.Parameters[ClassParameterPool]}
+		}},
+	} {
+		if err := idx.IndexField(ctx, f.obj, f.field, f.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+// Package driver is the MetalLB driver: it accepts classes that name a manual MetalLB pool,
+// provisions reserved addresses through placeholder Services, holds every address it does not
+// lend to a tenant Service, pins addresses to the Services that name their claim, reports
+// conflicts, and tears down through its finalizer.
+package driver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+const (
+	// Provisioner is the driver's name, as IPAddressClass.spec.provisioner spells it.
+	Provisioner = "metallb.drivers.local.sdn.cozystack.io"
+	// Finalizer is the driver's teardown finalizer on the addresses it provisions.
+	Finalizer = "metallb.drivers.local.sdn.cozystack.io/teardown"
+	// AnnotationPinned marks a tenant Service the driver pinned; only such pins are removed.
+	AnnotationPinned = "metallb.drivers.local.sdn.cozystack.io/pinned"
+	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry.
+	AnnotationNudge = "metallb.drivers.local.sdn.cozystack.io/nudge"
+	// ClassParameterPool names the MetalLB IPAddressPool of a class.
+	ClassParameterPool = "pool"
+
+	// LabelRole is "provisioning" on a placeholder that waits for MetalLB to pick an address for a
+	// claim, "hold" on one that holds an IPAddress.
+	LabelRole = "metallb.drivers.local.sdn.cozystack.io/role"
+	// LabelAddress names the IPAddress a hold placeholder holds.
+	LabelAddress = "metallb.drivers.local.sdn.cozystack.io/address"
+	// LabelClaimUID and LabelFamily identify what a provisioning placeholder is for.
+	LabelClaimUID = "metallb.drivers.local.sdn.cozystack.io/claim-uid"
+	LabelFamily   = "metallb.drivers.local.sdn.cozystack.io/family"
+	// AnnotationClaim records "namespace/name" of the claim a placeholder was made for.
+	AnnotationClaim = "metallb.drivers.local.sdn.cozystack.io/claim"
+
+	RoleProvisioning = "provisioning"
+	RoleHold         = "hold"
+)
+
+// ProtectedServiceAnnotations are the annotations through which any writer of a Service can make
+// MetalLB pick or pin an address. Tenants may not set them (see the admission policy); the
+// driver never pins a Service that carries one it did not write.
+var ProtectedServiceAnnotations = []string{
+	metallb.AnnotationLoadBalancerIPs, metallb.AnnotationAddressPool, metallb.AnnotationAllowSharedIP,
+	metallb.LegacyPrefix + "loadBalancerIPs", metallb.LegacyPrefix + "address-pool", metallb.LegacyPrefix + "allow-shared-ip",
+}
+
+// familyTag is the short form of a family used in names.
+func familyTag(f ipamv1.IPFamily) string {
+	if f == ipamv1.IPv6 {
+		return "v6"
+	}
+	return "v4"
+}
+
+// ProvisioningName is the deterministic name of the n-th provisioning placeholder of a claim's
+// family (n is almost always 0; it grows only when a placeholder was handed over to hold an
+// address that another claim already owned).
+func ProvisioningName(claimUID string, family ipamv1.IPFamily, n int) string {
+	sum := sha256.Sum256([]byte(claimUID))
+	name := "claim-" + hex.EncodeToString(sum[:6]) + "-" + familyTag(family)
+	if n > 0 {
+		name += fmt.Sprintf("-%d", n)
+	}
+	return name
+}
+
+// HoldName is the name of the placeholder the driver creates to hold an existing address.
+func HoldName(addressName string) string { return "hold-" + addressName }
+
+// PlaceholderSpec is a selectorless LoadBalancer Service with no node ports, single-stack in
+// the family: MetalLB assigns it an address but, with no endpoints, never announces it.
+func PlaceholderSpec(family ipamv1.IPFamily) corev1.ServiceSpec {
+	single := corev1.IPFamilyPolicySingleStack
+	no := false
+	fam := corev1.IPv4Protocol
+	if family == ipamv1.IPv6 {
+		fam = corev1.IPv6Protocol
+	}
+	return corev1.ServiceSpec{
+		Type:                          corev1.ServiceTypeLoadBalancer,
+		Ports:                         []corev1.ServicePort{{Name: "hold", Port: 1, Protocol: corev1.ProtocolTCP}},
+		AllocateLoadBalancerNodePorts: &no,
+		IPFamilyPolicy:                &single,
+		IPFamilies:                    []corev1.IPFamily{fam},
+	}
+}
+
+// IngressIPs returns the parsed IPs of a Service's load-balancer status.
+func IngressIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// LinkedClaim applies the link rule: the claim named by the Service's ip-address-claim
+// annotation, else (auto-claim) a claim with the Service's own name; always in the Service's
+// namespace. autoClaim reports which of the two applies: an auto-claim link only holds when
+// that claim carries the auto-claim annotation.
+func LinkedClaim(svc *corev1.Service) (name string, autoClaim bool) {
+	if n := svc.Annotations[ipamv1.AnnotationServiceClaim]; n != "" {
+		return n, false
+	}
+	return svc.Name, true
+}
+
+// PinValue is the loadBalancerIPs annotation for a claim's addresses, IPv4 first.
+func PinValue(addresses []ipamv1.ClaimedAddress) string {
+	var ips []string
+	for _, f := range []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6} {
+		for _, a := range addresses {
+			if a.Family == f {
+				ips = append(ips, a.Address)
+			}
+		}
+	}
+	return strings.Join(ips, ",")
+}
+
+// FamiliesFit reports whether a Service's IP families are exactly those of a claim.
+func FamiliesFit(svc *corev1.Service, claim ipamv1.IPFamily) bool {
+	var have []string
+	for _, f := range svc.Spec.IPFamilies {
+		switch f {
+		case corev1.IPv4Protocol:
+			have = append(have, string(ipamv1.IPv4))
+		case corev1.IPv6Protocol:
+			have = append(have, string(ipamv1.IPv6))
+		}
+	}
+	var want []string
+	for _, f := range claim.Families() {
+		want = append(want, string(f))
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(have, want)
+}
+
+// ForeignPins lists the MetalLB annotations on a Service that the driver did not write.
+func ForeignPins(svc *corev1.Service) []string {
+	var out []string
+	for _, a := range ProtectedServiceAnnotations {
+		if _, ok := svc.Annotations[a]; !ok {
+			continue
+		}
+		if a == metallb.AnnotationLoadBalancerIPs && svc.Annotations[AnnotationPinned] == "true" {
+			continue
+		}
+		out = append(out, a)
+	}
+	if svc.Spec.LoadBalancerIP != "" {
+		out = append(out, "spec.loadBalancerIP")
+	}
+	return out
+}

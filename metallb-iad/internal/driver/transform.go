@@ -1,0 +1,30 @@
+package driver
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StripService keeps only what the driver reads of a Service, so that caching every Service of a
+// large cluster stays cheap: identity, labels, annotations, owner references, the type, IP
+// families and requested IP, and the load-balancer status. Patches are computed between two
+// copies of this reduced object, so the dropped fields are never written.
+func StripService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Service{
+		TypeMeta: svc.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
+			Generation: svc.Generation, CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
+			Labels: svc.Labels, Annotations: svc.Annotations, OwnerReferences: svc.OwnerReferences, Finalizers: svc.Finalizers,
+		},
+		Spec: corev1.ServiceSpec{
+			Type: svc.Spec.Type, IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy,
+			LoadBalancerIP: svc.Spec.LoadBalancerIP, LoadBalancerClass: svc.Spec.LoadBalancerClass,
+		},
+		Status: corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer},
+	}, nil
+}
