@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"time"
 )
 
 // AuditEvent is the part of an audit log entry the project reads.
 type AuditEvent struct {
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
+	Verb       string    `json:"verb"`
+	Stamp      time.Time `json:"requestReceivedTimestamp"`
+	RequestURI string    `json:"requestURI"`
 	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`

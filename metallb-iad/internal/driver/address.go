@@ -188,7 +188,8 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
-// adoptingService returns a Service that holds the address's IP and links to its Bound claim.
+// adoptingService returns a Service that holds the address's IP and links to its claim (in any
+// phase: the claim may not be Bound yet while an admin adopts the address).
 func (d *Driver) adoptingService(ctx context.Context, a *ipamv1.IPAddress, ip netip.Addr) (*corev1.Service, error) {
 	ref := a.Spec.ClaimRef
 	if ref == nil {
@@ -200,7 +201,7 @@ func (d *Driver) adoptingService(ctx context.Context, a *ipamv1.IPAddress, ip ne
 	}
 	for i := range holders.Items {
 		svc := &holders.Items[i]
-		claim, _, err := d.linkedBoundClaim(ctx, svc)
+		claim, _, err := d.linkedClaim(ctx, svc)
 		if err != nil {
 			return nil, err
 		}

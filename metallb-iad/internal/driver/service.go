@@ -55,9 +55,10 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 		Complete(reconcile.Func(d.reconcileService))
 }
 
-// linkedBoundClaim applies the link rule to a Service and returns the claim when it is Bound.
-// why says what stands in the way otherwise ("" when the Service simply links to nothing).
-func (d *Driver) linkedBoundClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.IPAddressClaim, string, error) {
+// linkedClaim applies the link rule to a Service and returns the claim it links to, in any
+// phase. why says what stands in the way when there is none ("" when the Service simply links
+// to nothing).
+func (d *Driver) linkedClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.IPAddressClaim, string, error) {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || svc.Labels[LabelRole] != "" {
 		return nil, "", nil
 	}
@@ -72,16 +73,22 @@ func (d *Driver) linkedBoundClaim(ctx context.Context, svc *corev1.Service) (*ip
 		}
 		return nil, fmt.Sprintf("IPAddressClaim %s/%s does not exist", svc.Namespace, name), nil
 	}
-	if auto && claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+	if (auto && claim.Annotations[ipamv1.AnnotationAutoClaim] != "true") || claim.DeletionTimestamp != nil {
 		return nil, "", nil
-	}
-	if claim.DeletionTimestamp != nil {
-		return nil, "", nil
-	}
-	if claim.Status.Phase != ipamv1.ClaimBound {
-		return nil, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet", svc.Namespace, name, orPending(claim.Status.Phase)), nil
 	}
 	return &claim, "", nil
+}
+
+// linkedBoundClaim is linkedClaim, but only a Bound claim counts.
+func (d *Driver) linkedBoundClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.IPAddressClaim, string, error) {
+	claim, why, err := d.linkedClaim(ctx, svc)
+	if claim == nil || err != nil {
+		return nil, why, err
+	}
+	if claim.Status.Phase != ipamv1.ClaimBound {
+		return nil, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet", svc.Namespace, claim.Name, orPending(claim.Status.Phase)), nil
+	}
+	return claim, "", nil
 }
 
 func orPending(p ipamv1.ClaimPhase) string {

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
+)
+
+// Killing the driver, MetalLB's controller, or both, in the middle of provisioning, attach or
+// detach loses nothing: claims stay Bound to the same addresses, every address is held exactly
+// once, and no IP is served twice.
+func TestDriverSurvivesRestarts(t *testing.T) {
+	f := features.New("restarts lose nothing").
+		Assess("kill during provisioning, attach and detach", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			ns := tenantNamespace(ctx, t, c, "tenant-restarts")
+			poolWithClass(ctx, t, c, "e2e-restart", ipamv1.ReclaimDelete, "198.51.100.160/27", "2001:db8:20::/120")
+			rounds := []struct {
+				victims []string
+				delay   time.Duration
+			}{
+				{[]string{"metallb-iad"}, 0},
+				{[]string{"metallb-controller"}, 150 * time.Millisecond},
+				{[]string{"metallb-iad", "metallb-controller"}, 400 * time.Millisecond},
+			}
+			for r, round := range rounds {
+				t.Logf("round %d: killing %v after %s", r, round.victims, round.delay)
+				names := []string{fmt.Sprintf("r%d-a", r), fmt.Sprintf("r%d-b", r), fmt.Sprintf("r%d-c", r)}
+				fams := []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6, ipamv1.Dual}
+
+				// Provisioning.
+				for i, n := range names {
+					newTenantClaim(ctx, t, c, ns, n, "e2e-restart", fams[i])
+				}
+				time.Sleep(round.delay)
+				restart(ctx, t, round.victims...)
+				bound := map[string][]string{}
+				for _, n := range names {
+					bound[n] = claimIPs(waitClaimBound(ctx, t, c, ns, n))
+				}
+				checkInvariants(ctx, t, c)
+
+				// Attach.
+				for i, n := range names {
+					if err := c.Create(ctx, lbServiceFor(ns, n, fams[i])); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(round.delay)
+				restart(ctx, t, round.victims...)
+				for _, n := range names {
+					waitIngress(ctx, t, c, ns, n, bound[n])
+				}
+				checkInvariants(ctx, t, c)
+
+				// Detach.
+				for _, n := range names {
+					patchAnnotations(ctx, t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}},
+						map[string]*string{claimAnnotation: nil})
+				}
+				time.Sleep(round.delay)
+				restart(ctx, t, round.victims...)
+				for _, n := range names {
+					waitIngress(ctx, t, c, ns, n, nil)
+				}
+				checkInvariants(ctx, t, c)
+				for _, n := range names {
+					if got := claimIPs(waitClaimBound(ctx, t, c, ns, n)); !slices.Equal(got, bound[n]) {
+						t.Fatalf("claim %s moved from %v to %v", n, bound[n], got)
+					}
+					if err := c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+
+			// A restart over settled objects writes nothing.
+			local := localCluster(t)
+			time.Sleep(2 * time.Second)
+			since := time.Now()
+			restart(ctx, t, "metallb-iad")
+			time.Sleep(5 * time.Second)
+			sa := "system:serviceaccount:cozy-metallb-iad:metallb-iad"
+			writes, err := controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
+				return e.User.Username == sa && e.Stamp.After(since) && (e.ObjectRef == nil || e.ObjectRef.Resource != "leases")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all, _ := controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
+				return e.User.Username == sa && !e.Stamp.IsZero()
+			})
+			if len(all) == 0 {
+				t.Fatalf("the audit log has no writes by %s at all: the count above proves nothing", sa)
+			}
+			if len(writes) != 0 {
+				var lines []string
+				for _, w := range writes {
+					lines = append(lines, w.Verb+" "+w.RequestURI)
+				}
+				t.Fatalf("the restarted driver wrote %d times over settled objects:\n%s", len(writes), strings.Join(lines, "\n"))
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func lbServiceFor(ns, claim string, fam ipamv1.IPFamily) *corev1.Service {
+	svc := lbService(ns, claim, map[string]string{claimAnnotation: claim}, fam == ipamv1.Dual)
+	if fam == ipamv1.IPv6 {
+		p := corev1.IPFamilyPolicySingleStack
+		svc.Spec.IPFamilyPolicy = &p
+		svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+	}
+	return svc
+}
+
+// Adoption: an admin pinned a reserved-pool address on a Service by hand; the documented
+// procedure turns it into a claim without the Service ever losing the address.
+func TestDriverAdoptsAnAdminPin(t *testing.T) {
+	f := features.New("adopting an address a Service already holds").
+		Assess("the documented procedure", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			ns := tenantNamespace(ctx, t, c, "tenant-adopt")
+			poolWithClass(ctx, t, c, "e2e-adopt", ipamv1.ReclaimRetain, "198.51.100.196/30")
+			const ip = "198.51.100.197"
+			legacy := lbService(ns, "legacy", map[string]string{pinAnnotation: ip}, false)
+			if err := c.Create(ctx, legacy); err != nil {
+				t.Fatal(err)
+			}
+			waitIngress(ctx, t, c, ns, "legacy", []string{ip})
+
+			// Watch the Service throughout: it must never lose the address.
+			stop := make(chan struct{})
+			var lost []string
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(50 * time.Millisecond):
+					}
+					var s corev1.Service
+					if err := c.Get(ctx, client.ObjectKeyFromObject(legacy), &s); err == nil && !slices.Equal(ingressOf(&s), []string{ip}) {
+						lost = append(lost, fmt.Sprint(ingressOf(&s)))
+					}
+				}
+			}()
+
+			// 1. Name the claim on the Service. 2. Create the claim for exactly that address.
+			// 3. Create the IPAddress, pre-bound to the claim.
+			patchAnnotations(ctx, t, c, legacy, map[string]*string{claimAnnotation: ptrTo("legacy")})
+			claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"},
+				Spec: ipamv1.IPAddressClaimSpec{ClassName: "e2e-adopt", AddressName: "ip-198-51-100-197"}}
+			if err := c.Create(ctx, claim); err != nil {
+				t.Fatal(err)
+			}
+			addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "ip-198-51-100-197"},
+				Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "e2e-adopt",
+					ClaimRef: &ipamv1.ClaimReference{Namespace: ns, Name: "legacy"}}}
+			if err := c.Create(ctx, addr); err != nil {
+				t.Fatal(err)
+			}
+			waitClaimBound(ctx, t, c, ns, "legacy")
+			eventually(ctx, t, 30*time.Second, "the address to be attached to the Service", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(addr), addr)
+				return addr.Status.AttachedTo != nil && addr.Status.AttachedTo.Name == "legacy", err
+			})
+			time.Sleep(time.Second)
+			close(stop)
+			wg.Wait()
+			if len(lost) > 0 {
+				t.Fatalf("the Service lost its address during adoption: %v", lost)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(legacy), legacy); err != nil {
+				t.Fatal(err)
+			}
+			if legacy.Annotations[pinnedMarker] != "true" {
+				t.Fatal("the adopted pin does not carry the driver's marker")
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(addr), addr); err != nil {
+				t.Fatal(err)
+			}
+			if meta.IsStatusConditionTrue(addr.Status.Conditions, ipamv1.ConditionConflict) {
+				t.Fatal("adoption raised a Conflict")
+			}
+			checkInvariants(ctx, t, c)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
