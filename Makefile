@@ -59,7 +59,7 @@ test: lint check-generated binaries test-unit test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
-	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
+	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" METALLB_CRDS="$$($(BINARIES) dir metallb)/crds" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
 		./address-controller/... ./metallb-iad/... ./tools/...
 
 .PHONY: test-e2e

@@ -1,0 +1,148 @@
+package driver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+func TestPlaceholderNamesAreValidAndDeterministic(t *testing.T) {
+	uid := "4c9a5b8e-1f0e-4f7b-9f8e-2b1d5c6a7e90"
+	a, b := ProvisioningName(uid, ipamv1.IPv4, 0), ProvisioningName(uid, ipamv1.IPv4, 0)
+	if a != b {
+		t.Fatalf("not deterministic: %s vs %s", a, b)
+	}
+	names := map[string]bool{}
+	for _, n := range []string{
+		a, ProvisioningName(uid, ipamv1.IPv6, 0), ProvisioningName(uid, ipamv1.IPv4, 1), ProvisioningName("other", ipamv1.IPv4, 0),
+		HoldName("ip-2001-0db8-0000-0000-0000-0000-0000-0007"), HoldName("ip-203-0-113-7"),
+	} {
+		if errs := validation.IsDNS1035Label(n); len(errs) > 0 {
+			t.Errorf("%q is not a valid Service name: %v", n, errs)
+		}
+		if names[n] {
+			t.Errorf("%q produced twice", n)
+		}
+		names[n] = true
+	}
+}
+
+func TestLinkedClaim(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}}
+	if name, auto := LinkedClaim(svc); name != "web" || !auto {
+		t.Fatalf("without the annotation: %s, auto=%v; want the Service's own name through auto-claim", name, auto)
+	}
+	svc.Annotations = map[string]string{ipamv1.AnnotationServiceClaim: "reserved"}
+	if name, auto := LinkedClaim(svc); name != "reserved" || auto {
+		t.Fatalf("with the annotation: %s, auto=%v", name, auto)
+	}
+}
+
+func TestPinValueOrdersIPv4First(t *testing.T) {
+	got := PinValue([]ipamv1.ClaimedAddress{{Address: "2001:db8::1", Family: ipamv1.IPv6}, {Address: "203.0.113.1", Family: ipamv1.IPv4}})
+	if got != "203.0.113.1,2001:db8::1" {
+		t.Fatal(got)
+	}
+}
+
+func TestFamiliesFit(t *testing.T) {
+	svc := func(f ...corev1.IPFamily) *corev1.Service {
+		return &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: f}}
+	}
+	for _, tc := range []struct {
+		svc   *corev1.Service
+		claim ipamv1.IPFamily
+		want  bool
+	}{
+		{svc(corev1.IPv4Protocol), ipamv1.IPv4, true},
+		{svc(corev1.IPv6Protocol), ipamv1.IPv6, true},
+		{svc(corev1.IPv6Protocol, corev1.IPv4Protocol), ipamv1.Dual, true},
+		{svc(corev1.IPv4Protocol), ipamv1.Dual, false},
+		{svc(corev1.IPv4Protocol, corev1.IPv6Protocol), ipamv1.IPv4, false},
+		{svc(corev1.IPv6Protocol), ipamv1.IPv4, false},
+	} {
+		if got := FamiliesFit(tc.svc, tc.claim); got != tc.want {
+			t.Errorf("FamiliesFit(%v, %s) = %v", tc.svc.Spec.IPFamilies, tc.claim, got)
+		}
+	}
+}
+
+func TestForeignPins(t *testing.T) {
+	ours := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true"}}}
+	if got := ForeignPins(ours); len(got) != 0 {
+		t.Fatalf("the driver's own pin counted as foreign: %v", got)
+	}
+	theirs := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"metallb.universe.tf/address-pool": "p"}},
+		Spec:       corev1.ServiceSpec{LoadBalancerIP: "203.0.113.9"},
+	}
+	if got := strings.Join(ForeignPins(theirs), ","); got != "metallb.universe.tf/address-pool,spec.loadBalancerIP" {
+		t.Fatalf("got %s", got)
+	}
+}
+
+func TestClassVerdict(t *testing.T) {
+	no, yes := false, true
+	pool := func(auto *bool) *metallb.IPAddressPool {
+		return &metallb.IPAddressPool{Spec: metallb.IPAddressPoolSpec{AutoAssign: auto}}
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	class := func(name, poolName string, created time.Time) ipamv1.IPAddressClass {
+		return ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+			Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: poolName}}}
+	}
+	me := class("me", "p", at)
+	for _, tc := range []struct {
+		name   string
+		class  ipamv1.IPAddressClass
+		pool   *metallb.IPAddressPool
+		rivals []ipamv1.IPAddressClass
+		want   string
+	}{
+		{"no pool parameter", class("me", "", at), nil, nil, ReasonPoolNotSet},
+		{"pool missing", me, nil, nil, ReasonPoolNotFound},
+		{"autoAssign unset means true", me, pool(nil), nil, ReasonPoolAutoAssigns},
+		{"autoAssign true", me, pool(&yes), nil, ReasonPoolAutoAssigns},
+		{"accepted", me, pool(&no), []ipamv1.IPAddressClass{me}, ReasonAccepted},
+		{"older rival", me, pool(&no), []ipamv1.IPAddressClass{class("old", "p", at.Add(-time.Hour)), me}, ReasonPoolClaimedByClass},
+		{"younger rival", me, pool(&no), []ipamv1.IPAddressClass{class("young", "p", at.Add(time.Hour))}, ReasonAccepted},
+		{"same age, lower name wins", me, pool(&no), []ipamv1.IPAddressClass{class("a", "p", at)}, ReasonPoolClaimedByClass},
+		{"rival on another pool", me, pool(&no), []ipamv1.IPAddressClass{class("old", "q", at.Add(-time.Hour))}, ReasonAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reason, msg := classVerdict(&tc.class, tc.pool, tc.rivals, "cozy-metallb")
+			if reason != tc.want || msg == "" {
+				t.Fatalf("got %s (%q), want %s", reason, msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestStripServiceKeepsWhatTheDriverReads(t *testing.T) {
+	p := corev1.IPFamilyPolicySingleStack
+	in := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "n", UID: "u", ResourceVersion: "7",
+			Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}}},
+	}
+	out, _ := StripService(in)
+	s := out.(*corev1.Service)
+	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations["a"] != "1" ||
+		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 {
+		t.Fatalf("lost a field the driver reads: %+v", s)
+	}
+	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil {
+		t.Fatalf("kept fields the driver never reads: %+v", s)
+	}
+}

@@ -1,0 +1,243 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Integration tests of the driver on a real apiserver (envtest) without MetalLB's controller or
+// the core: the tests play both, writing what they would write, and check what the driver
+// does in return. The end-to-end suite runs the driver with the real ones.
+
+const (
+	testDriverNS  = "cozy-metallb-iad"
+	testMetalLBNS = "cozy-metallb"
+)
+
+var admin client.Client
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	crds := os.Getenv("METALLB_CRDS")
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" || crds == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS and METALLB_CRDS must be set: run the tests through `make test-unit`")
+		return 1
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = ipamv1.AddToScheme(scheme)
+	_ = metallb.AddToScheme(scheme)
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "address-controller", "config", "crd"), crds},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	admin, _ = client.New(cfg, client.Options{Scheme: scheme})
+	for _, ns := range []string{testDriverNS, testMetalLBNS, "tenant"} {
+		if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			panic(err)
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}: {Transform: StripService},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour}
+	if err := d.SetupWithManager(ctx, mgr); err != nil {
+		panic(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	return m.Run()
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) {
+			ok, err := cond()
+			last = err
+			return ok && err == nil, nil
+		}); err != nil {
+		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+	}
+}
+
+func acceptance(t *testing.T, class string) *metav1.Condition {
+	var c ipamv1.IPAddressClass
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: class}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(c.Status.Conditions, ipamv1.ConditionAccepted)
+}
+
+func TestClassAcceptanceFollowsThePool(t *testing.T) {
+	ctx := context.Background()
+	class := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "follows"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: "follows"}}}
+	if err := admin.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "PoolNotFound", func() (bool, error) {
+		c := acceptance(t, "follows")
+		return c != nil && c.Reason == ReasonPoolNotFound, nil
+	})
+	no := false
+	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: "follows"},
+		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"}, AutoAssign: &no}}
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Accepted", func() (bool, error) {
+		c := acceptance(t, "follows")
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	yes := true
+	pool.Spec.AutoAssign = &yes
+	if err := admin.Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "PoolAutoAssigns after the pool changed", func() (bool, error) {
+		c := acceptance(t, "follows")
+		return c != nil && c.Reason == ReasonPoolAutoAssigns, nil
+	})
+	// A class of another driver is left alone.
+	other := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "not-mine"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org", Parameters: map[string]string{ClassParameterPool: "follows"}}}
+	if err := admin.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if c := acceptance(t, "not-mine"); c != nil {
+		t.Fatalf("the driver judged another driver's class: %+v", c)
+	}
+}
+
+// TestProvisioningContract plays the core (stamping a claim) and MetalLB (serving the
+// placeholder) and checks each step the driver takes.
+func TestProvisioningContract(t *testing.T) {
+	ctx := context.Background()
+	no := false
+	if err := admin.Create(ctx, &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: "contract"},
+		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"198.51.100.0/28"}, AutoAssign: &no}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "contract"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, ReclaimPolicy: ipamv1.ReclaimDelete,
+			Parameters: map[string]string{ClassParameterPool: "contract"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the class to be accepted", func() (bool, error) {
+		c := acceptance(t, "contract")
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "c",
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: "contract", Family: ipamv1.IPv4}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "contract"}
+	if err := admin.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. A placeholder: selectorless, LoadBalancer, no node ports, single-stack, naming the pool.
+	var p corev1.Service
+	key := client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
+	eventually(t, "the provisioning placeholder", func() (bool, error) { return true, admin.Get(ctx, key, &p) })
+	if p.Spec.Type != corev1.ServiceTypeLoadBalancer || p.Spec.Selector != nil || p.Spec.AllocateLoadBalancerNodePorts == nil ||
+		*p.Spec.AllocateLoadBalancerNodePorts || len(p.Spec.Ports) != 1 || *p.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack ||
+		p.Spec.IPFamilies[0] != corev1.IPv4Protocol || p.Annotations[metallb.AnnotationAddressPool] != "contract" {
+		t.Fatalf("placeholder is not a silent single-stack LoadBalancer of the pool: %+v %+v", p.Spec, p.Annotations)
+	}
+	// 2. "MetalLB" serves it.
+	p.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.3"}}
+	if err := admin.Status().Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	// 3. The driver pins the placeholder, creates the IPAddress pre-bound, and labels the hold.
+	var a ipamv1.IPAddress
+	eventually(t, "the IPAddress", func() (bool, error) { return true, admin.Get(ctx, client.ObjectKey{Name: "ip-198-51-100-3"}, &a) })
+	if a.Spec.Address != "198.51.100.3" || a.Spec.ClassName != "contract" || a.Spec.ReclaimPolicy != ipamv1.ReclaimDelete ||
+		a.Spec.ClaimRef == nil || a.Spec.ClaimRef.UID != claim.UID || a.Finalizers[0] != Finalizer {
+		t.Fatalf("IPAddress does not follow the contract: %+v %v", a.Spec, a.Finalizers)
+	}
+	eventually(t, "the placeholder to become the pinned hold", func() (bool, error) {
+		err := admin.Get(ctx, key, &p)
+		return p.Labels[LabelRole] == RoleHold && p.Labels[LabelAddress] == a.Name &&
+			p.Annotations[metallb.AnnotationLoadBalancerIPs] == "198.51.100.3", err
+	})
+	eventually(t, "Held=True", func() (bool, error) {
+		err := admin.Get(ctx, client.ObjectKey{Name: a.Name}, &a)
+		return meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld), err
+	})
+	// The driver never writes the claim's status, the phase, or the core's finalizers.
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Phase != ipamv1.ClaimPending || len(claim.Finalizers) != 0 || a.Status.Phase != "" {
+		t.Fatalf("the driver wrote a field it does not own: claim %+v finalizers %v, address phase %q", claim.Status, claim.Finalizers, a.Status.Phase)
+	}
+	// 4. Teardown: deleting the address deletes its hold and releases the finalizer. (The claim
+	// goes first, or the driver would rightly provision it again.)
+	if err := admin.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the address and its hold to go", func() (bool, error) {
+		errA := admin.Get(ctx, client.ObjectKey{Name: a.Name}, &a)
+		errP := admin.Get(ctx, key, &p)
+		if errA == nil || errP == nil {
+			return false, fmt.Errorf("address finalizers %v deleting %v; placeholder exists: %v", a.Finalizers, a.DeletionTimestamp, errP == nil)
+		}
+		return client.IgnoreNotFound(errA) == nil && client.IgnoreNotFound(errP) == nil, nil
+	})
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("TEST_VERBOSE_LOGS") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}
