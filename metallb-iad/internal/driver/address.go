@@ -286,12 +286,14 @@ func (d *Driver) checkAttachment(ctx context.Context, a *ipamv1.IPAddress) (*cor
 	}
 	exists := err == nil && (at.UID == "" || svc.UID == at.UID)
 	if exists {
-		claim, _, err := d.linkedBoundClaim(ctx, &svc)
+		// The attachment holds while the Service links to the address's claim (in any phase: a
+		// Lost claim keeps its Service; an empty uid is one the core has yet to complete).
+		claim, _, err := d.linkedClaim(ctx, &svc)
 		if err != nil {
 			return nil, err
 		}
-		if claim != nil && a.Spec.ClaimRef != nil && a.Spec.ClaimRef.Namespace == claim.Namespace &&
-			a.Spec.ClaimRef.Name == claim.Name && a.Spec.ClaimRef.UID == claim.UID {
+		if ref := a.Spec.ClaimRef; claim != nil && ref != nil && ref.Namespace == claim.Namespace &&
+			ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
 			return &svc, nil
 		}
 		if err := d.unpin(ctx, &svc); err != nil {

@@ -25,6 +25,8 @@ const (
 	Finalizer = "metallb.drivers.local.sdn.cozystack.io/teardown"
 	// AnnotationPinned marks a tenant Service the driver pinned; only such pins are removed.
 	AnnotationPinned = "metallb.drivers.local.sdn.cozystack.io/pinned"
+	// AnnotationReleasing records, while a pin is being removed, the IPs MetalLB must let go of.
+	AnnotationReleasing = "metallb.drivers.local.sdn.cozystack.io/releasing"
 	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry.
 	AnnotationNudge = "metallb.drivers.local.sdn.cozystack.io/nudge"
 	// ClassParameterPool names the MetalLB IPAddressPool of a class.

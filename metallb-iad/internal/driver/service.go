@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,13 +178,15 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 		}
 	}
 	// 3. Pin the Service.
-	if svc.Annotations[metallb.AnnotationLoadBalancerIPs] != want || svc.Annotations[AnnotationPinned] != "true" {
+	if svc.Annotations[metallb.AnnotationLoadBalancerIPs] != want || svc.Annotations[AnnotationPinned] != "true" ||
+		svc.Annotations[AnnotationReleasing] != "" {
 		patch := client.MergeFrom(svc.DeepCopy())
 		if svc.Annotations == nil {
 			svc.Annotations = map[string]string{}
 		}
 		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = want
 		svc.Annotations[AnnotationPinned] = "true"
+		delete(svc.Annotations, AnnotationReleasing)
 		if err := d.client.Patch(ctx, &svc, patch); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -218,27 +221,47 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 	return nil
 }
 
-// unpin removes the driver's pin (only a pin carrying its marker) and clears the Service's
-// load-balancer status: MetalLB keeps a Service's current IP while it stays valid, and drops its
-// state for a Service whose ingress is empty.
+// unpin removes the driver's pin (only a pin carrying its marker) and makes MetalLB let go of
+// the address: MetalLB keeps a Service's current IP while it stays valid, and drops its state
+// for a Service whose ingress is empty. The IPs being released are recorded on the Service in
+// the same write that removes the pin, so a crash between the steps is finished on restart and
+// never clears an address MetalLB assigned afterwards.
 func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
-	if svc.Annotations[AnnotationPinned] != "true" {
+	releasing := svc.Annotations[AnnotationReleasing]
+	if svc.Annotations[AnnotationPinned] == "true" {
+		releasing = svc.Annotations[metallb.AnnotationLoadBalancerIPs]
+		patch := client.MergeFrom(svc.DeepCopy())
+		delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
+		delete(svc.Annotations, AnnotationPinned)
+		svc.Annotations[AnnotationReleasing] = releasing
+		if err := d.client.Patch(ctx, svc, patch); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if _, ok := svc.Annotations[AnnotationReleasing]; !ok {
 		return nil
 	}
-	pinned := svc.Annotations[metallb.AnnotationLoadBalancerIPs]
-	patch := client.MergeFrom(svc.DeepCopy())
-	delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
-	delete(svc.Annotations, AnnotationPinned)
-	if err := d.client.Patch(ctx, svc, patch); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if len(svc.Status.LoadBalancer.Ingress) > 0 {
+	released := strings.Split(releasing, ",")
+	if slices.ContainsFunc(ingressStrings(svc), func(ip string) bool { return slices.Contains(released, ip) }) {
 		status := client.MergeFrom(svc.DeepCopy())
 		svc.Status.LoadBalancer.Ingress = nil
 		if err := d.client.Status().Patch(ctx, svc, status); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 	}
-	d.recorder.Eventf(svc, nil, corev1.EventTypeNormal, "Detached", "Detach", "unpinned %s; the claim keeps the address", pinned)
+	patch := client.MergeFrom(svc.DeepCopy())
+	delete(svc.Annotations, AnnotationReleasing)
+	if err := d.client.Patch(ctx, svc, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	d.recorder.Eventf(svc, nil, corev1.EventTypeNormal, "Detached", "Detach", "unpinned %s; the claim keeps the address", releasing)
 	return nil
+}
+
+func ingressStrings(svc *corev1.Service) []string {
+	var out []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
 }
