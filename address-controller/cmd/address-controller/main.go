@@ -10,16 +10,19 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/internal/controller"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 )
 
 // version is set at build time (-ldflags -X main.version=...).
@@ -78,6 +81,8 @@ func main() {
 			SyncPeriod: syncPeriod,
 			// The controllers never read managedFields: dropping them halves the cache.
 			DefaultTransform: cache.TransformStripManagedFields(),
+			// Auto-claim watches every Service; keep only what it reads.
+			ByObject: map[client.Object]cache.ByObject{&corev1.Service{}: {Transform: servicecache.Strip}},
 		},
 	})
 	if err != nil {

@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,4 +84,16 @@ func quietConflict(res reconcile.Result, err error) (reconcile.Result, error) {
 		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	return res, err
+}
+
+// warnings remembers the last warning given per object and reason, so a lasting situation is
+// reported once rather than on every pass.
+type warnings struct{ m sync.Map }
+
+func (w *warnings) warn(rec events.EventRecorder, obj client.Object, reason, format string, args ...any) {
+	key := string(obj.GetUID()) + "/" + reason
+	if _, seen := w.m.LoadOrStore(key, true); seen {
+		return
+	}
+	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", format, args...)
 }

@@ -40,5 +40,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ClassReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(mgr)
+	if err := (&ClassReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&AutoClaimReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(ctx, mgr)
 }

@@ -31,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
 
@@ -172,7 +173,8 @@ func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) er
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// Tests restart the core in one process: the same controller names come back.
 		Controller: config.Controller{SkipNameValidation: &skip},
-		Cache:      cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{&corev1.Service{}: {Transform: servicecache.Strip}}},
 	})
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -80,7 +81,7 @@ func main() {
 			SyncPeriod:       syncPeriod,
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Service{}:        {Transform: driver.StripService},
+				&corev1.Service{}:        {Transform: servicecache.Strip},
 				&metallb.IPAddressPool{}: {Namespaces: map[string]cache.Config{*metallbNS: {}}},
 			},
 		},

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -126,7 +127,7 @@ func TestClassVerdict(t *testing.T) {
 	}
 }
 
-func TestStripServiceKeepsWhatTheDriverReads(t *testing.T) {
+func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 	p := corev1.IPFamilyPolicySingleStack
 	in := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "n", UID: "u", ResourceVersion: "7",
@@ -136,7 +137,7 @@ func TestStripServiceKeepsWhatTheDriverReads(t *testing.T) {
 			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}}},
 	}
-	out, _ := StripService(in)
+	out, _ := servicecache.Strip(in)
 	s := out.(*corev1.Service)
 	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations["a"] != "1" ||
 		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 {

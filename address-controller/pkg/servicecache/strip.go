@@ -1,15 +1,17 @@
-package driver
+// Package servicecache reduces cached Services to what the project's controllers read: both the
+// core (auto-claim) and the MetalLB driver watch every Service of a cluster.
+package servicecache
 
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// StripService keeps only what the driver reads of a Service, so that caching every Service of a
+// Strip keeps only what the controllers read of a Service, so that caching every Service of a
 // large cluster stays cheap: identity, labels, annotations, owner references, the type, IP
 // families and requested IP, and the load-balancer status. Patches are computed between two
 // copies of this reduced object, so the dropped fields are never written.
-func StripService(obj any) (any, error) {
+func Strip(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return obj, nil

@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// MetalLB's annotations (and their deprecated twins): a Service carrying any of them chose its
+// address its own way, and auto-claim leaves it alone.
+var metallbAnnotations = []string{
+	"metallb.io/address-pool", "metallb.io/loadBalancerIPs", "metallb.io/allow-shared-ip",
+	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
+}
+
+// autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may).
+// Class selection is separate (wantsClass).
+func autoClaimSkip(svc *corev1.Service) string {
+	switch {
+	case svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
+		return "not a LoadBalancer"
+	case svc.DeletionTimestamp != nil:
+		return "being deleted"
+	case svc.Annotations[ipamv1.AnnotationServiceClaim] != "":
+		return "names a claim"
+	case strings.EqualFold(svc.Annotations[ipamv1.AnnotationAutoClaim], "false"):
+		return "opted out"
+	case svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "":
+		return "has a loadBalancerClass"
+	case svc.Spec.LoadBalancerIP != "":
+		return "sets spec.loadBalancerIP"
+	case len(svc.Status.LoadBalancer.Ingress) > 0:
+		return "already has an address"
+	}
+	for _, a := range metallbAnnotations {
+		if _, ok := svc.Annotations[a]; ok {
+			return "carries " + a
+		}
+	}
+	return ""
+}
+
+// claimFamily maps a Service's IP families to a claim family: two families are Dual.
+func claimFamily(svc *corev1.Service) ipamv1.IPFamily {
+	switch {
+	case len(svc.Spec.IPFamilies) >= 2:
+		return ipamv1.Dual
+	case len(svc.Spec.IPFamilies) == 1 && svc.Spec.IPFamilies[0] == corev1.IPv6Protocol:
+		return ipamv1.IPv6
+	}
+	return ipamv1.IPv4
+}
