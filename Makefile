@@ -11,7 +11,8 @@ SANDBOX_DIR ?= $(CURDIR)/.sandbox
 GO          ?= go
 BINARIES    := $(GO) run ./tools/cmd/binaries
 TEST_FLAGS  ?=
-GENERATED   := address-controller/api address-controller/config metallb-iad/internal/metallb metallb-iad/config
+GENERATED   := address-controller/api address-controller/config metallb-iad/internal/metallb metallb-iad/config \
+               charts/address-controller/crds charts/address-controller/files charts/metallb-iad/files
 
 export GOFLAGS := -buildvcs=false
 
@@ -33,6 +34,10 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC with controller-gen.
 	cd metallb-iad && "$$(cd .. && $(BINARIES) path controller-gen)" \
 		object:headerFile=../address-controller/hack/boilerplate.go.txt paths=./internal/metallb/... \
 		rbac:roleName=metallb-iad output:rbac:artifacts:config=config/rbac paths=./...
+	rm -f charts/address-controller/crds/*.yaml
+	cp address-controller/config/crd/*.yaml charts/address-controller/crds/
+	cp address-controller/config/rbac/role.yaml charts/address-controller/files/role.yaml
+	cp metallb-iad/config/rbac/role.yaml charts/metallb-iad/files/role.yaml
 
 .PHONY: check-generated
 check-generated: generate ## Fail when the committed generated files are stale.

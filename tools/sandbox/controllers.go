@@ -9,11 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
-
+	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
@@ -48,49 +44,15 @@ func buildController(root, dir, pkg, name string) (string, error) {
 	return bin, nil
 }
 
-// bindClusterRole applies a generated ClusterRole (config/rbac/role.yaml) and binds it to a
-// ServiceAccount, so the controller runs with exactly the permissions its markers declare.
-func bindClusterRole(ctx context.Context, s *Sandbox, rolePath, namespace, serviceAccount string) error {
-	data, err := os.ReadFile(rolePath)
-	if err != nil {
-		return err
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &role); err != nil {
-		return fmt.Errorf("%s: %w", rolePath, err)
-	}
-	roles := s.Client.RbacV1().ClusterRoles()
-	if _, err := roles.Create(ctx, &role, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		existing, err := roles.Get(ctx, role.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		role.ResourceVersion = existing.ResourceVersion
-		if _, err := roles.Update(ctx, &role, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	_, err = s.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: namespace, Name: serviceAccount}},
-	}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
-}
-
 // Controller describes one of the project's controllers as the sandbox runs it.
 type Controller struct {
-	// Name of the command, the process, the ServiceAccount and the ClusterRole.
+	// Name of the command, the process, the chart, its release and its ServiceAccount.
 	Name      string
 	Package   string
 	Namespace string
-	// RBAC is the generated ClusterRole, relative to the checkout.
-	RBAC string
+	// Values are the chart values the sandbox installs it with (deploy is always false: the
+	// sandbox runs the controller as a local process, as the chart's ServiceAccount).
+	Values map[string]any
 	// Args are extra flags.
 	Args []string
 }
@@ -100,7 +62,6 @@ var AddressController = Controller{
 	Name:      "address-controller",
 	Package:   "./address-controller/cmd/address-controller",
 	Namespace: "cozy-address-controller",
-	RBAC:      "address-controller/config/rbac/role.yaml",
 }
 
 // MetalLBIAD is the MetalLB driver, run as ServiceAccount cozy-metallb-iad/metallb-iad.
@@ -108,12 +69,31 @@ var MetalLBIAD = Controller{
 	Name:      "metallb-iad",
 	Package:   "./metallb-iad/cmd/metallb-iad",
 	Namespace: "cozy-metallb-iad",
-	RBAC:      "metallb-iad/config/rbac/role.yaml",
+	Values:    map[string]any{"metallbNamespace": "cozy-metallb"},
 	Args:      []string{"--namespace=cozy-metallb-iad"},
 }
 
-// runController builds the controller, grants it its generated RBAC, and runs it as its own
-// ServiceAccount with metrics and probes on free loopback ports.
+// installChart installs (or upgrades) the controller's chart with the Helm Go SDK: CRDs, RBAC
+// generated from the code's markers, the ServiceAccount, tenant roles, the admission policy.
+func installChart(ctx context.Context, s *Sandbox, c Controller) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	ch, err := charts.Load(charts.Dir(root, c.Name))
+	if err != nil {
+		return err
+	}
+	values := map[string]any{"deploy": false}
+	for k, v := range c.Values {
+		values[k] = v
+	}
+	_, err = charts.Apply(ctx, s.Kubeconfig, c.Namespace, c.Name, ch, values)
+	return err
+}
+
+// runController builds the controller and runs it as the ServiceAccount its chart created (so
+// the chart's RBAC is what it gets), with metrics and probes on free loopback ports.
 func runController(ctx context.Context, s *Sandbox, c Controller) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -122,9 +102,6 @@ func runController(ctx context.Context, s *Sandbox, c Controller) error {
 	bin, err := buildController(root, s.Dir, c.Package, c.Name)
 	if err != nil {
 		return err
-	}
-	if err := bindClusterRole(ctx, s, filepath.Join(root, c.RBAC), c.Namespace, c.Name); err != nil {
-		return fmt.Errorf("granting %s its RBAC: %w", c.Name, err)
 	}
 	kubeconfig, _, err := s.ServiceAccountKubeconfig(ctx, c.Namespace, c.Name)
 	if err != nil {
@@ -159,12 +136,4 @@ func runController(ctx context.Context, s *Sandbox, c Controller) error {
 	}
 	s.Endpoints[c.Name+"/metrics"] = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	return nil
-}
-
-func installCRDs(ctx context.Context, s *Sandbox) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
-	return s.InstallCRDs(ctx, filepath.Join(root, "address-controller", "config", "crd"))
 }

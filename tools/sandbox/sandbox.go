@@ -7,8 +7,11 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/cozystack/reserved-ips/tools/controlplane"
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
 // TenantLabel marks tenant namespaces on Cozystack; the admission policy selects on it.
@@ -40,8 +43,12 @@ type Addon struct {
 // Addons run in this order on every sandbox and e2e cluster.
 var Addons = []Addon{
 	{Name: "namespaces", Start: createNamespaces},
-	{Name: "the local.sdn.cozystack.io CRDs", Start: installCRDs,
-		Hint: "kubectl get ipam -A                              # classes, addresses and claims"},
+	{Name: "the address-controller chart", Start: func(ctx context.Context, s *Sandbox) error {
+		return installChart(ctx, s, AddressController)
+	}, Hint: "kubectl get ipam -A                              # classes, addresses and claims"},
+	{Name: "the metallb-iad chart", Start: func(ctx context.Context, s *Sandbox) error {
+		return installChart(ctx, s, MetalLBIAD)
+	}},
 	{Name: "address-controller", Start: func(ctx context.Context, s *Sandbox) error {
 		return runController(ctx, s, AddressController)
 	}},
@@ -50,6 +57,31 @@ var Addons = []Addon{
 		c.Args = append(c.Args, "--metallb-namespace="+s.MetalLBNamespace)
 		return runController(ctx, s, c)
 	}},
+	{Name: "the example pool and class", Start: applyExamples,
+		Hint: "kubectl apply -f examples/claim-web.yaml -f examples/service-web.yaml   # reserve, then attach"},
+}
+
+// applyExamples creates the product page's pool, advertisement and default class, when the
+// sandbox is asked for them (the sandbox command; not the e2e suite, whose tests create their
+// own).
+func applyExamples(ctx context.Context, s *Sandbox) error {
+	if !s.examples {
+		return nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"metallb-pool.yaml", "class-public.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, "examples", f))
+		if err != nil {
+			return err
+		}
+		if _, err := kubeapply.Apply(ctx, s.Config, "sandbox", data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Options configures Start.
@@ -58,6 +90,8 @@ type Options struct {
 	ControlPlane controlplane.Options
 	// Logf receives progress lines (also passed to the control plane when it has none).
 	Logf func(format string, args ...any)
+	// Examples also creates the example MetalLB pool and default class.
+	Examples bool
 }
 
 // Sandbox is a running control plane with every add-on set up.
@@ -66,6 +100,8 @@ type Sandbox struct {
 	Logf func(format string, args ...any)
 	// Endpoints are the URLs add-ons serve on loopback ("address-controller/metrics", ...).
 	Endpoints map[string]string
+
+	examples bool
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.
@@ -81,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{ControlPlane: cp, Logf: logf}
+	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples}
 	for _, a := range Addons {
 		logf("setting up %s", a.Name)
 		if err := a.Start(ctx, s); err != nil {

@@ -93,6 +93,7 @@ func run(dir string) error {
 	s, err := sandbox.Start(ctx, sandbox.Options{
 		ControlPlane: controlplane.Options{Dir: dir},
 		Logf:         logf,
+		Examples:     true,
 	})
 	if err != nil {
 		return err
@@ -140,9 +141,7 @@ func summary(dir, kubeconfig string, endpoints map[string]string, detached bool)
 	fmt.Fprintf(&b, "\nThe sandbox is ready.\n\n  export KUBECONFIG=%s\n  alias kubectl=%s\n\n", kubeconfig, kubectl)
 	b.WriteString("What to try next:\n")
 	b.WriteString("  kubectl get namespaces -L " + sandbox.TenantLabel + "\n")
-	b.WriteString("  kubectl apply -f examples/metallb-pool.yaml      # the pool and advertisement from the docs\n")
-	b.WriteString("  kubectl apply -f examples/service-in-pool.yaml   # a LoadBalancer Service naming that pool\n")
-	b.WriteString("  kubectl -n tenant-example get svc                # EXTERNAL-IP comes from the pool\n")
+	b.WriteString("  kubectl get ipclass public                       # the example class, accepted by metallb-iad\n")
 	for _, a := range sandbox.Addons {
 		if a.Hint != "" {
 			b.WriteString("  " + a.Hint + "\n")
