@@ -2,15 +2,19 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/tools/binaries"
 )
 
 // TestTeardownInDocumentedOrder runs last (file order) and removes the whole feature from the
@@ -94,6 +98,71 @@ func TestTeardownInDocumentedOrder(t *testing.T) {
 				if s.Annotations[pinnedMarker] != "" {
 					t.Errorf("Service %s/%s still carries the driver's pin", s.Namespace, s.Name)
 				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestZZClearFinalizersByHand: with both controllers gone, objects being deleted hang on their
+// finalizers; the operating guide's script (docs/clear-finalizers.sh) clears them.
+func TestZZClearFinalizersByHand(t *testing.T) {
+	f := features.New("the documented finalizer-clearing commands work without the controllers").
+		Assess("clear", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			ns := tenantNamespace(ctx, t, c, "tenant-orphans")
+			poolWithClass(ctx, t, c, "e2e-orphans", ipamv1.ReclaimRetain, "198.51.100.244/30")
+			newTenantClaim(ctx, t, c, ns, "orphan", "e2e-orphans", ipamv1.IPv4)
+			claim := waitClaimBound(ctx, t, c, ns, "orphan")
+			if err := c.Create(ctx, lbService(ns, "orphan", map[string]string{claimAnnotation: "orphan"}, false)); err != nil {
+				t.Fatal(err)
+			}
+			waitIngress(ctx, t, c, ns, "orphan", claimIPs(claim))
+
+			startCore := stopProcess(t, "address-controller")
+			startDriver := stopProcess(t, "metallb-iad")
+			t.Cleanup(func() { startDriver(); startCore() })
+			for _, o := range []client.Object{claim, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: claim.Status.Addresses[0].Name}},
+				&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-orphans"}}} {
+				if err := c.Delete(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(time.Second)
+			if err := c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+				t.Fatalf("without its controller the claim should hang on its finalizer: %v", err)
+			}
+
+			kubectl, err := binaries.Tool("kubectl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.CommandContext(ctx, "bash", "../docs/clear-finalizers.sh")
+			cmd.Env = append(os.Environ(), "KUBECTL="+kubectl, "KUBECONFIG="+cluster.Kubeconfig())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("clear-finalizers.sh: %v\n%s", err, out)
+			}
+			eventually(ctx, t, 30*time.Second, "the claim, address and class to be gone", func(ctx context.Context) (bool, error) {
+				var claims ipamv1.IPAddressClaimList
+				var addrs ipamv1.IPAddressList
+				var classes ipamv1.IPAddressClassList
+				var holds corev1.ServiceList
+				for _, l := range []client.ObjectList{&claims, &addrs, &classes} {
+					if err := c.List(ctx, l); err != nil {
+						return false, err
+					}
+				}
+				if err := c.List(ctx, &holds, client.InNamespace(driverNamespace)); err != nil {
+					return false, err
+				}
+				return len(claims.Items)+len(addrs.Items)+len(classes.Items)+len(holds.Items) == 0, nil
+			})
+			var svc corev1.Service
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orphan"}, &svc); err != nil {
+				t.Fatal(err)
+			}
+			if svc.Annotations[pinnedMarker] != "" || svc.Annotations[pinAnnotation] != "" {
+				t.Fatalf("the driver's pin survived: %v", svc.Annotations)
 			}
 			return ctx
 		}).Feature()
