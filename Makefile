@@ -53,6 +53,10 @@ build: ## Build the controllers and tools into ./bin.
 	@mkdir -p $(LOCALBIN)
 	$(GO) build -o $(LOCALBIN)/ $(wildcard ./address-controller/cmd/*) $(wildcard ./metallb-iad/cmd/*) $(wildcard ./tools/cmd/*)
 
+.PHONY: images
+images: ## Build both images without Docker into an OCI layout (IMAGES_DIR, default ./bin/images).
+	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images)
+
 .PHONY: lint
 lint: ## gofmt and go vet over every module.
 	@out="$$(gofmt -l $(MODULES) | grep -v '/vendor/' || true)"; \

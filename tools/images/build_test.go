@@ -1,0 +1,139 @@
+package images
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+func buildOpts() Options {
+	return Options{Root: filepath.Join("..", ".."), Version: "v0.0.0-test", Revision: "0123456789abcdef",
+		Source: "https://github.com/cozystack/reserved-ips"}
+}
+
+func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
+	ctx := context.Background()
+	img := Images[0]
+	first, err := Build(ctx, img, buildOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Build(ctx, img, buildOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := first.Digest()
+	d2, _ := second.Digest()
+	if d1 != d2 {
+		t.Fatalf("two builds of one commit gave %s and %s", d1, d2)
+	}
+
+	// Push to a registry on loopback and read it back.
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref, err := Push(host+"/cozystack/"+img.Name+":test", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(ref, "@"+d1.String()) {
+		t.Fatalf("Push returned %s, want the digest %s", ref, d1)
+	}
+	parsed, err := name.ParseReference(host + "/cozystack/" + img.Name + "@" + d1.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(parsed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var arches []string
+	var native v1.Hash
+	for _, d := range m.Manifests {
+		arches = append(arches, d.Platform.Architecture)
+		if d.Platform.Architecture == runtime.GOARCH {
+			native = d.Digest
+		}
+	}
+	if strings.Join(arches, ",") != "amd64,arm64" {
+		t.Fatalf("platforms %v, want amd64 and arm64", arches)
+	}
+	image, err := idx.Image(native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := image.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Config.User != "65532:65532" || cfg.Config.Labels["org.opencontainers.image.revision"] != "0123456789abcdef" ||
+		cfg.Config.Labels["org.opencontainers.image.version"] != "v0.0.0-test" || cfg.Config.Labels["org.opencontainers.image.source"] == "" {
+		t.Fatalf("config %+v", cfg.Config)
+	}
+	layers, err := image.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("want one layer on an empty base, got %d (%v)", len(layers), err)
+	}
+	// Extract the binary and run it.
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	bin := filepath.Join(t.TempDir(), img.Name)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			t.Fatal("the binary is not in the layer")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "usr/local/bin/"+img.Name {
+			f, _ := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+			_, _ = io.Copy(f, tr)
+			f.Close()
+			break
+		}
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "v0.0.0-test" {
+		t.Fatalf("the extracted binary printed %q (%v)", out, err)
+	}
+
+	// And the OCI layout output holds the same index.
+	dir := t.TempDir()
+	if err := WriteLayout(dir, "test", first); err != nil {
+		t.Fatal(err)
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, _ := ii.IndexManifest()
+	if len(im.Manifests) != 1 || im.Manifests[0].Digest != d1 {
+		t.Fatalf("layout holds %+v, want %s", im.Manifests, d1)
+	}
+}
