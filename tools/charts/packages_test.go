@@ -1,0 +1,123 @@
+package charts
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
+)
+
+// The platform's emission rule: which Packages each variant and bundle setting emits.
+func TestPackageEmission(t *testing.T) {
+	c, err := Load(filepath.Join(root, "packages", "core", "platform"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := []any{"cozystack.address-controller", "cozystack.metallb-iad"}
+	for _, tc := range []struct {
+		name     string
+		variant  string
+		enabled  []any
+		disabled []any
+		want     []string
+	}{
+		{"isp-full, both enabled", "isp-full", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+		{"isp-full-generic, both enabled", "isp-full-generic", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+		{"isp-hosted: no MetalLB, no driver", "isp-hosted", both, nil, []string{"cozystack.address-controller"}},
+		{"slim variant without MetalLB", "distro-full", both, nil, []string{"cozystack.address-controller"}},
+		{"slim variant that enables MetalLB", "distro-full", append(slices.Clone(both), "cozystack.metallb"), nil,
+			[]string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+		{"MetalLB disabled", "isp-full", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
+		{"only the core", "isp-full", []any{"cozystack.address-controller"}, nil, []string{"cozystack.address-controller"}},
+		{"only the driver", "isp-full", []any{"cozystack.metallb-iad"}, nil, []string{"cozystack.metallb-iad"}},
+		{"nothing enabled", "isp-full", nil, nil, nil},
+		{"core disabled", "isp-full", both, []any{"cozystack.address-controller"}, []string{"cozystack.metallb-iad"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			manifest, err := Render(c, "cozy-system", map[string]any{"variant": tc.variant,
+				"bundles": map[string]any{"enabledPackages": tc.enabled, "disabledPackages": tc.disabled}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := kubeapply.Decode([]byte(manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range objs {
+				if o.GetKind() != "Package" || o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+					t.Fatalf("unexpected object %s/%s (annotations %v)", o.GetKind(), o.GetName(), o.GetAnnotations())
+				}
+				got = append(got, o.GetName())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("emitted %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The wrapper charts ship the digest references of the product page, reach the wrapped chart's
+// image value as <component>.image, and render with the package's namespace settings.
+func TestPackageWrappers(t *testing.T) {
+	for name, want := range map[string]string{
+		"address-controller": "ghcr.io/cozystack/address-controller:main-90e65ca@sha256:74e4c7cf63f730ebe61527fdcd2b06e1bca2c383a66522dd4734aab9e66a9331",
+		"metallb-iad":        "ghcr.io/cozystack/metallb-iad:main-1faf937@sha256:a2a8b05a887f9f28927d75f8b57e264be40e8770d0177798b4f06a0f69c3e793",
+	} {
+		data, err := os.ReadFile(filepath.Join(root, "packages", "system", name, "values.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var values map[string]map[string]any
+		if err := yaml.Unmarshal(data, &values); err != nil {
+			t.Fatal(err)
+		}
+		if values[name]["image"] != want {
+			t.Errorf("%s.image = %v, want %s", name, values[name]["image"], want)
+		}
+		// The wrapped chart renders with the package's values (the chart directory stands in
+		// for the dependency the packaging vendors).
+		c, err := Load(Dir(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest, err := Render(c, "cozy-"+name, values[name])
+		if err != nil {
+			t.Fatalf("%s with the package values: %v", name, err)
+		}
+		if !strings.Contains(manifest, want) {
+			t.Errorf("%s: the rendered Deployment does not use %s", name, want)
+		}
+		if name == "metallb-iad" && (!strings.Contains(manifest, "--metallb-namespace=cozy-metallb") || !strings.Contains(manifest, `validationActions: ["Deny"]`)) {
+			t.Errorf("metallb-iad package must set cozy-metallb and Deny:\n%s", manifest)
+		}
+	}
+	// PackageSources: namespaces, CRD upgrades, dependencies.
+	src := func(name string) map[string]any {
+		data, err := os.ReadFile(filepath.Join(root, "packages", "core", "platform", "sources", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	core := src("address-controller")
+	if dig(core, "spec", "variants", 0, "components", 0, "install", "upgradeCRDs") != "CreateReplace" ||
+		dig(core, "spec", "variants", 0, "components", 0, "install", "namespace") != "cozy-address-controller" {
+		t.Errorf("cozystack.address-controller source: %v", core["spec"])
+	}
+	drv := src("metallb-iad")
+	deps := toStrings(dig(drv, "spec", "variants", 0, "dependsOn"))
+	if !slices.Contains(deps, "cozystack.address-controller") || !slices.Contains(deps, "cozystack.metallb") ||
+		dig(drv, "spec", "variants", 0, "components", 0, "install", "namespace") != "cozy-metallb-iad" {
+		t.Errorf("cozystack.metallb-iad source: %v", drv["spec"])
+	}
+}
