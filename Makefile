@@ -15,6 +15,7 @@ GENERATED   := address-controller/api address-controller/config metallb-iad/inte
                charts/address-controller/crds charts/address-controller/files charts/metallb-iad/files
 
 export GOFLAGS := -buildvcs=false
+export E2E_PROVIDER
 
 .PHONY: help
 help: ## List the targets.
@@ -56,6 +57,12 @@ build: ## Build the controllers and tools into ./bin.
 .PHONY: images
 images: ## Build both images without Docker into an OCI layout (IMAGES_DIR, default ./bin/images).
 	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images)
+
+.PHONY: release
+release: ## Build and push both images to REGISTRY (e.g. ghcr.io/cozystack), then point packages/ at their digests.
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack [VERSION=v0.1.0]"; exit 2; }
+	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) -update-packages
+	@git --no-pager diff --stat -- packages/
 
 .PHONY: lint
 lint: ## gofmt and go vet over every module.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/cozystack/reserved-ips/tools/images"
@@ -30,14 +31,15 @@ func main() {
 	version := fs.String("version", "", "version (default: main-<short revision>)")
 	revision := fs.String("revision", "", "revision (default: git HEAD)")
 	source := fs.String("source", "https://github.com/cozystack/reserved-ips", "source repository URL")
+	update := fs.Bool("update-packages", false, "with -push: point packages/system/<name>/values.yaml at the pushed digests")
 	_ = fs.Parse(os.Args[2:])
-	if err := run(*push, *dir, *version, *revision, *source, fs.Args()); err != nil {
+	if err := run(*push, *dir, *version, *revision, *source, *update, fs.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(push, dir, version, revision, source string, names []string) error {
+func run(push, dir, version, revision, source string, update bool, names []string) error {
 	if (push == "") == (dir == "") {
 		return fmt.Errorf("give exactly one of -push and -layout")
 	}
@@ -82,6 +84,11 @@ func run(push, dir, version, revision, source string, names []string) error {
 				return err
 			}
 			fmt.Println(img.Name, ref)
+			if update {
+				if err := images.UpdatePackageValues(filepath.Join(root, "packages"), img.Name, ref); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if err := images.WriteLayout(dir, img.Name+":"+version, idx); err != nil {
