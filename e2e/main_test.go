@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -17,6 +18,8 @@ import (
 var (
 	testenv env.Environment
 	cluster provider.Cluster
+	// unavailable is why the chosen provider cannot run here; every test is then skipped.
+	unavailable string
 )
 
 func TestMain(m *testing.M) {
@@ -28,11 +31,22 @@ func TestMain(m *testing.M) {
 	testenv = env.New()
 	testenv.Setup(func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
 		c, err := p.Start(ctx)
+		if errors.Is(err, provider.ErrUnavailable) {
+			unavailable = err.Error()
+			fmt.Fprintf(os.Stderr, "SKIPPING the %s run: %s\n", p.Name(), unavailable)
+			return ctx, nil
+		}
 		if err != nil {
 			return ctx, fmt.Errorf("starting the %s cluster: %w", p.Name(), err)
 		}
 		cluster = c
 		cfg.WithKubeconfigFile(c.Kubeconfig())
+		return ctx, nil
+	})
+	testenv.BeforeEachTest(func(ctx context.Context, _ *envconf.Config, t *testing.T) (context.Context, error) {
+		if unavailable != "" {
+			t.Skip(unavailable)
+		}
 		return ctx, nil
 	})
 	testenv.Finish(func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {

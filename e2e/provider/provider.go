@@ -32,7 +32,9 @@ func FromEnv() (Provider, error) {
 	switch name := os.Getenv("E2E_PROVIDER"); name {
 	case "", "local":
 		return Local{}, nil
+	case "kind":
+		return Kind{}, nil
 	default:
-		return nil, fmt.Errorf("unknown E2E_PROVIDER %q (known: local)", name)
+		return nil, fmt.Errorf("unknown E2E_PROVIDER %q (known: local, kind)", name)
 	}
 }
