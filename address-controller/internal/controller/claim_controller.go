@@ -68,14 +68,9 @@ func (r *ClaimReconciler) claimsWaitingForClass(ctx context.Context, o client.Ob
 }
 
 func (r *ClaimReconciler) waitingFor(ctx context.Context, class string) []reconcile.Request {
-	var claims ipamv1.IPAddressClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimWaitingForClass: class}); err != nil {
+	reqs, err := index.ClaimsWaitingFor(ctx, r.Client, class)
+	if err != nil {
 		log.FromContext(ctx).Error(err, "listing claims waiting for class", "class", class)
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(claims.Items))
-	for _, c := range claims.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
 	}
 	return reqs
 }

@@ -5,8 +5,10 @@ package index
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
@@ -96,4 +98,18 @@ func claimWaitingForClass(o client.Object) []string {
 		return []string{c.Status.ClassName}
 	}
 	return []string{""}
+}
+
+// ClaimsWaitingFor returns reconcile requests for the claims that wait for class ("" for those
+// waiting for a default class): what a class event concerns, for the core and for drivers.
+func ClaimsWaitingFor(ctx context.Context, r client.Reader, class string) ([]reconcile.Request, error) {
+	var claims ipamv1.IPAddressClaimList
+	if err := r.List(ctx, &claims, client.MatchingFields{ClaimWaitingForClass: class}); err != nil {
+		return nil, err
+	}
+	reqs := make([]reconcile.Request, 0, len(claims.Items))
+	for _, c := range claims.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs, nil
 }

@@ -80,14 +80,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		})).
 		// A class that becomes Accepted releases the claims waiting for it.
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var claims ipamv1.IPAddressClaimList
-			if err := d.client.List(ctx, &claims, client.MatchingFields{index.ClaimWaitingForClass: o.GetName()}); err != nil {
-				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(claims.Items))
-			for _, c := range claims.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
-			}
+			reqs, _ := index.ClaimsWaitingFor(ctx, d.client, o.GetName())
 			return reqs
 		})).
 		Complete(reconcile.Func(d.reconcileClaim)); err != nil {

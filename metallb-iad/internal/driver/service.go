@@ -24,16 +24,7 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 		For(&corev1.Service{}).
 		// A claim that becomes Bound (or goes) changes what the Services linked to it get.
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var svcs corev1.ServiceList
-			if err := d.client.List(ctx, &svcs, client.InNamespace(o.GetNamespace()),
-				client.MatchingFields{indexServiceLink: o.GetNamespace() + "/" + o.GetName()}); err != nil {
-				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(svcs.Items))
-			for _, s := range svcs.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
-			}
-			return reqs
+			return d.servicesLinkedTo(ctx, o.GetNamespace(), o.GetName())
 		})).
 		// An address released by another Service may let a waiting Service attach.
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -41,19 +32,24 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 			if ref == nil {
 				return nil
 			}
-			var svcs corev1.ServiceList
-			if err := d.client.List(ctx, &svcs, client.InNamespace(ref.Namespace),
-				client.MatchingFields{indexServiceLink: ref.Namespace + "/" + ref.Name}); err != nil {
-				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(svcs.Items))
-			for _, s := range svcs.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
-			}
-			return reqs
+			return d.servicesLinkedTo(ctx, ref.Namespace, ref.Name)
 		})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileService))
+}
+
+// servicesLinkedTo returns requests for the Services that link to a claim (through the index).
+func (d *Driver) servicesLinkedTo(ctx context.Context, namespace, claim string) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := d.client.List(ctx, &svcs, client.InNamespace(namespace),
+		client.MatchingFields{indexServiceLink: namespace + "/" + claim}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(svcs.Items))
+	for _, s := range svcs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
 }
 
 // linkedClaim applies the link rule to a Service and returns the claim it links to, in any
