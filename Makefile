@@ -78,6 +78,11 @@ test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" METALLB_CRDS="$$($(BINARIES) dir metallb)/crds" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
 		./address-controller/... ./metallb-iad/... ./tools/...
 
+.PHONY: bench
+bench: ## Benchmarks, reported as ratios to a baseline measured in the same run (BENCHTIME, default 3x).
+	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" $(GO) test -count=1 -run '^$$' -bench . -benchtime $(or $(BENCHTIME),3x) \
+		./address-controller/internal/controller/
+
 .PHONY: test-e2e
 test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local).
 	cd e2e && $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
