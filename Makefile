@@ -35,7 +35,6 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC with controller-gen.
 	cd metallb-iad && "$$(cd .. && $(BINARIES) path controller-gen)" \
 		object:headerFile=../address-controller/hack/boilerplate.go.txt paths=./internal/metallb/... \
 		rbac:roleName=metallb-iad output:rbac:artifacts:config=config/rbac paths=./...
-	rm -f charts/address-controller/crds/*.yaml
 	cp address-controller/config/crd/*.yaml charts/address-controller/crds/
 	cp address-controller/config/rbac/role.yaml charts/address-controller/files/role.yaml
 	cp metallb-iad/config/rbac/role.yaml charts/metallb-iad/files/role.yaml
