@@ -108,7 +108,9 @@ rules:
 	}
 	api := testEnv.ControlPlane.GetAPIServer()
 	api.Configure().Set("audit-policy-file", policy).Set("audit-log-path", auditLog).
-		Set("audit-log-format", "json").Set("audit-log-mode", "blocking")
+		Set("audit-log-format", "json").Set("audit-log-mode", "blocking").
+		// Room for the thousands of Services of the auto-claim scale test.
+		Set("service-cluster-ip-range", "10.0.0.0/16")
 	cfg, err := testEnv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
