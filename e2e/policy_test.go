@@ -270,7 +270,17 @@ func TestAdmissionPolicy(t *testing.T) {
 
 			// allowedGroups replaced: the old groups lose the exemption, the new one has it.
 			applyDriverChart(ctx, t, map[string]any{"allowedGroups": []any{"e2e-network-admins"}})
-			t.Cleanup(func() { applyDriverChart(context.Background(), t, map[string]any{}) })
+			t.Cleanup(func() {
+				// Back to the defaults, and wait until the apiserver enforces them again: the
+				// tests after this one write MetalLB annotations as the admin.
+				bg := context.Background()
+				applyDriverChart(bg, t, map[string]any{})
+				eventually(bg, t, 30*time.Second, "the default exemptions to be back", func(ctx context.Context) (bool, error) {
+					s := clusterIPService(tenant, "restored-check")
+					s.Annotations = map[string]string{"metallb.io/address-pool": "x"}
+					return admin.Create(ctx, s, client.DryRunAll) == nil, nil
+				})
+			})
 			eventually(ctx, t, 30*time.Second, "the replaced group list to take effect", func(ctx context.Context) (bool, error) {
 				old, _ := as(t, "bob", "kubeadm:cluster-admins")
 				s := clusterIPService(tenant, fmt.Sprintf("old-group-%d", time.Now().UnixNano()))
