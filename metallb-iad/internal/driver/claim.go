@@ -60,12 +60,17 @@ func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconc
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, req.NamespacedName, &claim); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, d.retireProvisioning(ctx, req.Namespace+"/"+req.Name, "", nil)
+		}
+		return reconcile.Result{}, err
 	}
 	if claim.Annotations[ipamv1.AnnotationProvisioner] != Provisioner || claim.DeletionTimestamp != nil ||
 		claim.Status.ClassName == "" || claim.Status.Phase == ipamv1.ClaimBound || claim.Status.Phase == ipamv1.ClaimLost {
 		d.firstSeen.Delete(claim.UID)
-		return reconcile.Result{}, nil
+		// Nothing to provision (any more): placeholders still waiting for MetalLB would hold
+		// addresses nobody asked for.
+		return reconcile.Result{}, d.retireProvisioning(ctx, claim.Namespace+"/"+claim.Name, claim.UID, nil)
 	}
 	d.firstSeen.LoadOrStore(claim.UID, time.Now())
 	var class ipamv1.IPAddressClass
@@ -90,6 +95,9 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	var placeholders corev1.ServiceList
 	if err := d.client.List(ctx, &placeholders, client.InNamespace(d.Namespace),
 		client.MatchingFields{indexProvisioningFor: string(claim.UID)}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := d.retireProvisioning(ctx, claim.Namespace+"/"+claim.Name, claim.UID, have); err != nil {
 		return reconcile.Result{}, err
 	}
 	var requeue time.Duration
@@ -119,6 +127,44 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// retireProvisioning ends the provisioning placeholders of a claim that no longer needs them: the
+// claim is gone or settled (have == nil: all of them), or has its family already (have[family]).
+// A placeholder MetalLB already served whose IPAddress exists becomes that address's hold (a
+// crash between creating the address and relabelling); any other one is deleted, returning its
+// address to the pool.
+func (d *Driver) retireProvisioning(ctx context.Context, claimKey string, uid types.UID, have map[ipamv1.IPFamily]bool) error {
+	var list corev1.ServiceList
+	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{indexProvisioningForKey: claimKey}); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if uid != "" && p.Labels[LabelClaimUID] == string(uid) && have != nil && !have[ipamv1.IPFamily(p.Labels[LabelFamily])] {
+			continue // still needed
+		}
+		if ips := IngressIPs(p); len(ips) > 0 {
+			var a ipamv1.IPAddress
+			if err := d.client.Get(ctx, types.NamespacedName{Name: ipamv1.AddressName(ips[0])}, &a); err == nil {
+				if holds, err := d.holdsOf(ctx, a.Name); err == nil && len(holds) == 0 {
+					patch := client.MergeFrom(p.DeepCopy())
+					p.Labels[LabelRole] = RoleHold
+					p.Labels[LabelAddress] = a.Name
+					delete(p.Labels, LabelClaimUID)
+					delete(p.Labels, LabelFamily)
+					if err := d.client.Patch(ctx, p, patch); err != nil {
+						return err
+					}
+					continue
+				}
+			}
+		}
+		if err := d.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *Driver) createProvisioning(ctx context.Context, claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass, fam ipamv1.IPFamily) error {

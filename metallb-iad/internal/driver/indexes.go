@@ -16,6 +16,8 @@ const (
 	indexHoldOf = "metallb-iad.holdOf"
 	// indexProvisioningFor keys a provisioning placeholder by its claim's uid.
 	indexProvisioningFor = "metallb-iad.provisioningFor"
+	// indexProvisioningForKey keys a provisioning placeholder by its claim's "namespace/name".
+	indexProvisioningForKey = "metallb-iad.provisioningForKey"
 	// indexServiceLink keys a LoadBalancer Service by the "namespace/claim" it links to.
 	indexServiceLink = "metallb-iad.serviceLink"
 	// indexAttachedTo keys an IPAddress by the "namespace/name" of the Service it is attached to.
@@ -45,6 +47,12 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 				return nil
 			}
 			return []string{o.GetLabels()[LabelClaimUID]}
+		}},
+		{&corev1.Service{}, indexProvisioningForKey, func(o client.Object) []string {
+			if o.GetLabels()[LabelRole] != RoleProvisioning {
+				return nil
+			}
+			return []string{o.GetAnnotations()[AnnotationClaim]}
 		}},
 		{&corev1.Service{}, indexServiceLink, func(o client.Object) []string {
 			svc := o.(*corev1.Service)

@@ -242,3 +242,41 @@ func zapLevel() zapcore.Level {
 	}
 	return zapcore.ErrorLevel
 }
+
+// A claim deleted before MetalLB served its placeholder leaves no placeholder behind.
+func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
+	ctx := context.Background()
+	no := false
+	if err := admin.Create(ctx, &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: "orphans"},
+		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"198.51.100.64/28"}, AutoAssign: &no}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "orphans"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: "orphans"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the class to be accepted", func() (bool, error) {
+		c := acceptance(t, "orphans")
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "gone-early",
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: "orphans", Family: ipamv1.IPv4}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "orphans"}
+	if err := admin.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
+	var p corev1.Service
+	eventually(t, "the provisioning placeholder", func() (bool, error) { return true, admin.Get(ctx, key, &p) })
+	if err := admin.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the placeholder to go with its claim", func() (bool, error) {
+		err := admin.Get(ctx, key, &p)
+		return err != nil && client.IgnoreNotFound(err) == nil, nil
+	})
+}
