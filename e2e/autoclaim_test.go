@@ -70,9 +70,14 @@ func TestAutoClaim(t *testing.T) {
 			waitIngress(ctx, t, c, ns, "guest", claimIPs(guest))
 			expectNoClaim(ctx, t, c, ns, "before")
 
-			// The admin marks the public class for auto-claim.
+			// The admin marks the public class for auto-claim (and unmarks it first thing in the
+			// teardown, so no claim is made for Services that lose their address meanwhile).
 			patchAnnotations(ctx, t, c, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-ac-public"}},
 				map[string]*string{autoClaimClassMark: ptrTo("true")})
+			t.Cleanup(func() {
+				_ = c.Patch(context.Background(), &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-ac-public"}},
+					client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"`+autoClaimClassMark+`":null}}}`)))
+			})
 			before := waitClaimBound(ctx, t, c, ns, "before") // a waiting Service is picked up
 			if before.Status.ClassName != "e2e-ac-public" {
 				t.Fatalf("claim of class %q, want e2e-ac-public", before.Status.ClassName)

@@ -99,22 +99,24 @@ func poolWithClass(ctx context.Context, t *testing.T, c client.Client, name stri
 
 func deleteClassAndAddresses(t *testing.T, c client.Client, class string) {
 	ctx := context.Background()
-	var claims ipamv1.IPAddressClaimList
-	_ = c.List(ctx, &claims)
-	for i := range claims.Items {
-		if claims.Items[i].Status.ClassName == class || claims.Items[i].Spec.ClassName == class {
-			_ = c.Delete(ctx, &claims.Items[i])
-		}
-	}
-	var addrs ipamv1.IPAddressList
-	_ = c.List(ctx, &addrs)
-	for i := range addrs.Items {
-		if addrs.Items[i].Spec.ClassName == class {
-			_ = c.Delete(ctx, &addrs.Items[i])
-		}
-	}
 	_ = c.Delete(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: class}})
-	eventually(ctx, t, 60*time.Second, "class "+class+" to be deleted", func(ctx context.Context) (bool, error) {
+	// Claims and addresses of the class are deleted on every pass, so that ones created while
+	// the teardown runs (a late auto-claim, a driver finishing a provisioning) go too.
+	eventually(ctx, t, 120*time.Second, "class "+class+" to be deleted", func(ctx context.Context) (bool, error) {
+		var claims ipamv1.IPAddressClaimList
+		_ = c.List(ctx, &claims)
+		for i := range claims.Items {
+			if claims.Items[i].Status.ClassName == class || claims.Items[i].Spec.ClassName == class {
+				_ = c.Delete(ctx, &claims.Items[i])
+			}
+		}
+		var addrs ipamv1.IPAddressList
+		_ = c.List(ctx, &addrs)
+		for i := range addrs.Items {
+			if addrs.Items[i].Spec.ClassName == class {
+				_ = c.Delete(ctx, &addrs.Items[i])
+			}
+		}
 		err := c.Get(ctx, client.ObjectKey{Name: class}, &ipamv1.IPAddressClass{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
