@@ -1,0 +1,115 @@
+// Package driverkit holds what every address driver (and the core) needs and would otherwise
+// write again: saying a lasting condition once, the claim/address mappings, finalizer helpers.
+package driverkit
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// DefaultAnnouncerCapacity bounds how many objects an Announcer remembers.
+const DefaultAnnouncerCapacity = 10000
+
+// Announcer emits an event about a lasting condition once, and again only when its message
+// changes. What it said is remembered per object (by namespace/name, reset when the uid
+// changes) and per reason; the memory is bounded and forgotten with the object.
+type Announcer struct {
+	Recorder events.EventRecorder
+	// Capacity bounds the objects remembered (DefaultAnnouncerCapacity when zero). Past it the
+	// least recently announced object is forgotten: at worst it is told once more.
+	Capacity int
+
+	mu    sync.Mutex
+	said  map[types.NamespacedName]*said
+	clock uint64
+}
+
+type said struct {
+	uid      types.UID
+	messages map[string]string // reason -> last message said
+	touched  uint64
+}
+
+// Say emits the event unless the same reason was last said about the object with the same
+// message. It reports whether it emitted.
+func (a *Announcer) Say(obj client.Object, related runtime.Object, eventType, reason, action, message string) bool {
+	if !a.remember(obj, reason, message) {
+		return false
+	}
+	a.Recorder.Eventf(obj, related, eventType, reason, action, "%s", message)
+	return true
+}
+
+// remember records message as the last said for (obj, reason), reporting whether it is new.
+func (a *Announcer) remember(obj client.Object, reason, message string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.said == nil {
+		a.said = map[types.NamespacedName]*said{}
+	}
+	key := client.ObjectKeyFromObject(obj)
+	s := a.said[key]
+	if s == nil || s.uid != obj.GetUID() {
+		a.evictIfFull()
+		s = &said{uid: obj.GetUID(), messages: map[string]string{}}
+		a.said[key] = s
+	}
+	a.clock++
+	s.touched = a.clock
+	if prev, ok := s.messages[reason]; ok && prev == message {
+		return false
+	}
+	s.messages[reason] = message
+	return true
+}
+
+func (a *Announcer) evictIfFull() {
+	limit := a.Capacity
+	if limit <= 0 {
+		limit = DefaultAnnouncerCapacity
+	}
+	if len(a.said) < limit {
+		return
+	}
+	var oldest types.NamespacedName
+	var at uint64
+	first := true
+	for k, s := range a.said {
+		if first || s.touched < at {
+			oldest, at, first = k, s.touched, false
+		}
+	}
+	delete(a.said, oldest)
+}
+
+// Clear forgets one reason for an object, so it is said again if the condition comes back.
+// It reports whether the reason had been said.
+func (a *Announcer) Clear(obj client.Object, reason string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.said[client.ObjectKeyFromObject(obj)]
+	if s == nil || s.uid != obj.GetUID() {
+		return false
+	}
+	_, had := s.messages[reason]
+	delete(s.messages, reason)
+	return had
+}
+
+// Forget drops everything said about an object; call it when the object is gone.
+func (a *Announcer) Forget(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.said, key)
+}
+
+// Len is how many objects are remembered (for tests and metrics).
+func (a *Announcer) Len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.said)
+}
