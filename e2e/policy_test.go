@@ -84,6 +84,8 @@ type protectedField struct {
 	clear    func(s *corev1.Service)
 	v1, v2   string
 	inMessge string
+	// removable: anyone may remove the field (dropping external IPs gives nothing away).
+	removable bool
 }
 
 func annotationField(key, v1, v2 string) protectedField {
@@ -108,6 +110,8 @@ var protectedFields = []protectedField{
 	annotationField(pinnedMarker, "true", "false"),
 	{name: "spec.loadBalancerIP", v1: "192.0.2.14", v2: "192.0.2.15", inMessge: "spec.loadBalancerIP",
 		set: func(s *corev1.Service, v string) { s.Spec.LoadBalancerIP = v }, clear: func(s *corev1.Service) { s.Spec.LoadBalancerIP = "" }},
+	{name: "spec.externalIPs", v1: "192.0.2.16", v2: "192.0.2.17", inMessge: "spec.externalIPs", removable: true,
+		set: func(s *corev1.Service, v string) { s.Spec.ExternalIPs = []string{v} }, clear: func(s *corev1.Service) { s.Spec.ExternalIPs = nil }},
 }
 
 func clusterIPService(ns, name string) *corev1.Service {
@@ -173,7 +177,7 @@ func writeEachWay(ctx context.Context, t *testing.T, c client.Client, ns, user, 
 			} else {
 				f.clear(s)
 			}
-			expectWrite(t, user+" "+op+"s "+f.name, c.Patch(ctx, s, client.MergeFrom(orig)), admitted, f.inMessge, user)
+			expectWrite(t, user+" "+op+"s "+f.name, c.Patch(ctx, s, client.MergeFrom(orig)), admitted || (op == "remove" && f.removable), f.inMessge, user)
 		}
 	}
 }
@@ -258,6 +262,26 @@ func TestAdmissionPolicy(t *testing.T) {
 				svc = orig
 			}
 
+			// External IPs: a tenant may not list a reserved address (or any other) as an external
+			// IP, nor append one to a list an admin wrote; keeping or shrinking the list is fine.
+			reserved := clusterIPService(tenant, "steal-external")
+			reserved.Spec.ExternalIPs = []string{ip[0]}
+			expectWrite(t, "alice lists the reserved "+ip[0]+" in spec.externalIPs", alice.Create(ctx, reserved), false, ip[0], "alice")
+			ext := clusterIPService(tenant, "external-list")
+			ext.Spec.ExternalIPs = []string{"192.0.2.20", "192.0.2.21"}
+			if err := admin.Create(ctx, ext); err != nil {
+				t.Fatal(err)
+			}
+			orig = ext.DeepCopy()
+			ext.Spec.ExternalIPs = append(ext.Spec.ExternalIPs, "192.0.2.22")
+			expectWrite(t, "alice appends an external IP", alice.Patch(ctx, ext, client.MergeFrom(orig)), false, "192.0.2.22", "alice")
+			ext = orig.DeepCopy()
+			ext.Labels = map[string]string{"tier": "edge"}
+			expectWrite(t, "alice updates a Service keeping its external IPs", alice.Patch(ctx, ext, client.MergeFrom(orig)), true, "", "alice")
+			orig = ext.DeepCopy()
+			ext.Spec.ExternalIPs = []string{"192.0.2.21"}
+			expectWrite(t, "alice drops one of two external IPs", alice.Patch(ctx, ext, client.MergeFrom(orig)), true, "", "alice")
+
 			// Warn and Audit: admitted, with a warning.
 			applyDriverChart(ctx, t, map[string]any{"validationActions": []any{"Warn", "Audit"}})
 			eventually(ctx, t, 30*time.Second, "a violation to be admitted with a warning", func(ctx context.Context) (bool, error) {
@@ -266,6 +290,18 @@ func TestAdmissionPolicy(t *testing.T) {
 				s.Annotations = map[string]string{"metallb.io/address-pool": "x"}
 				err := c.Create(ctx, s)
 				return err == nil && strings.Contains(w.all(), "metallb.io/address-pool"), nil
+			})
+
+			// guardExternalIPs=false leaves external IPs to whatever else governs them.
+			applyDriverChart(ctx, t, map[string]any{"guardExternalIPs": false})
+			// (Deny is back at the same time as the guard goes: wait for both.)
+			eventually(ctx, t, 30*time.Second, "external IPs unguarded while pins stay denied", func(ctx context.Context) (bool, error) {
+				ext := clusterIPService(tenant, "unguarded")
+				ext.Spec.ExternalIPs = []string{"192.0.2.30"}
+				pin := clusterIPService(tenant, "still-pinned")
+				pin.Annotations = map[string]string{"metallb.io/address-pool": "x"}
+				err := alice.Create(ctx, pin, client.DryRunAll)
+				return alice.Create(ctx, ext, client.DryRunAll) == nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)), nil
 			})
 
 			// allowedGroups replaced: the old groups lose the exemption, the new one has it.

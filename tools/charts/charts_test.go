@@ -161,6 +161,13 @@ func TestMetalLBIADChartRendering(t *testing.T) {
 	if strings.Contains(exempt, "system:masters") || !strings.Contains(exempt, "net-admins") || !strings.Contains(exempt, "ops@example.org") {
 		t.Errorf("a given allowedGroups list must replace the default one: %s", exempt)
 	}
+	// External IPs are guarded by default, and the guard can be turned off on its own.
+	if n := externalIPValidations(t, render(t, "metallb-iad", nil)); n != 1 {
+		t.Errorf("default policy has %d spec.externalIPs validations, want 1", n)
+	}
+	if n := externalIPValidations(t, render(t, "metallb-iad", map[string]any{"admissionPolicy": map[string]any{"guardExternalIPs": false}})); n != 0 {
+		t.Errorf("guardExternalIPs=false still renders %d spec.externalIPs validations", n)
+	}
 	objs = render(t, "metallb-iad", map[string]any{"admissionPolicy": map[string]any{"enabled": false}})
 	if objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil {
 		t.Error("admissionPolicy.enabled=false still renders the policy")
@@ -231,4 +238,17 @@ func keys(m map[string]map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// externalIPValidations counts the service-pins policy's validations about spec.externalIPs.
+func externalIPValidations(t *testing.T, objs map[string]map[string]any) int {
+	t.Helper()
+	vals, _ := dig(objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"], "spec", "validations").([]any)
+	n := 0
+	for _, v := range vals {
+		if strings.Contains(v.(map[string]any)["expression"].(string), "addedExternalIPs") {
+			n++
+		}
+	}
+	return n
 }
