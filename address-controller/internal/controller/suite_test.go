@@ -58,7 +58,7 @@ var (
 	core     *runningManager
 	// coreMetrics are the running core's own metrics (replaced when a test restarts the core).
 	coreMetrics *Metrics
-	driver   = &testdriver.Driver{
+	driver      = &testdriver.Driver{
 		Name:            driverName,
 		IPv4:            netip.MustParsePrefix("198.51.100.0/24"),
 		IPv6:            netip.MustParsePrefix("2001:db8:1::/120"),
