@@ -15,9 +15,28 @@ var metallbAnnotations = []string{
 	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
 }
 
-// autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may).
-// Class selection is separate (wantsClass).
-func autoClaimSkip(svc *corev1.Service) string {
+// autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may),
+// from what the Service's author asked for: a type, a claim, an opt-out, a load-balancer
+// class, an IP or a MetalLB annotation. class is the auto-claim class that would serve it (nil
+// when the Service names its class itself, or none is known yet).
+//
+// An address already in the Service's status skips it only when the Service had it before
+// auto-claim applied to it: it was created before the auto-claim class was. A Service created
+// afterwards may have been given an address by an auto-assigning pool in the moment before its
+// claim existed (a race, not a choice), and one that names its class asked for a reserved one.
+func autoClaimSkip(svc *corev1.Service, class *ipamv1.IPAddressClass) string {
+	if why := autoClaimSkipAsked(svc); why != "" {
+		return why
+	}
+	if len(svc.Status.LoadBalancer.Ingress) > 0 && svc.Annotations[ipamv1.AnnotationServiceClass] == "" &&
+		class != nil && svc.CreationTimestamp.Before(&class.CreationTimestamp) {
+		return "had an address before auto-claim was enabled"
+	}
+	return ""
+}
+
+// autoClaimSkipAsked is the part of autoClaimSkip that depends on the Service alone.
+func autoClaimSkipAsked(svc *corev1.Service) string {
 	switch {
 	case svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
 		return "not a LoadBalancer"
@@ -31,8 +50,6 @@ func autoClaimSkip(svc *corev1.Service) string {
 		return "has a loadBalancerClass"
 	case svc.Spec.LoadBalancerIP != "":
 		return "sets spec.loadBalancerIP"
-	case len(svc.Status.LoadBalancer.Ingress) > 0:
-		return "already has an address"
 	}
 	for _, a := range metallbAnnotations {
 		if _, ok := svc.Annotations[a]; ok {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,15 +30,46 @@ func TestAutoClaimSkipRules(t *testing.T) {
 		{"opted out", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationAutoClaim] = "false" }), true},
 		{"loadBalancerClass", lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = &class }), true},
 		{"loadBalancerIP", lb(func(s *corev1.Service) { s.Spec.LoadBalancerIP = "203.0.113.1" }), true},
-		{"address in status", lb(func(s *corev1.Service) {
+		{"address in status, no class known", lb(func(s *corev1.Service) {
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}
-		}), true},
+		}), false},
 		{"MetalLB pool", lb(func(s *corev1.Service) { s.Annotations["metallb.io/address-pool"] = "p" }), true},
 		{"MetalLB pin, legacy prefix", lb(func(s *corev1.Service) { s.Annotations["metallb.universe.tf/loadBalancerIPs"] = "x" }), true},
 		{"MetalLB sharing", lb(func(s *corev1.Service) { s.Annotations["metallb.io/allow-shared-ip"] = "k" }), true},
 	} {
-		if got := autoClaimSkip(tc.svc) != ""; got != tc.skip {
-			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc), tc.skip)
+		if got := autoClaimSkip(tc.svc, nil) != ""; got != tc.skip {
+			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, nil), tc.skip)
+		}
+	}
+}
+
+// An address in status skips a Service only when it predates the auto-claim class: a newer
+// Service's address came from a race with MetalLB, and a Service naming its class asked.
+func TestAutoClaimSkipForAnAddress(t *testing.T) {
+	cls := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "auto", CreationTimestamp: metav1.NewTime(t0)}}
+	svc := func(created time.Time, withAddress bool, annotations map[string]string) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: metav1.NewTime(created), Annotations: annotations},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+		if withAddress {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.9"}}
+		}
+		return s
+	}
+	named := map[string]string{ipamv1.AnnotationServiceClass: "auto"}
+	for _, tc := range []struct {
+		name  string
+		svc   *corev1.Service
+		class *ipamv1.IPAddressClass
+		skip  bool
+	}{
+		{"older Service with an address", svc(t0.Add(-time.Hour), true, nil), cls, true},
+		{"older Service without an address", svc(t0.Add(-time.Hour), false, nil), cls, false},
+		{"newer Service that won an address in a race", svc(t0.Add(time.Second), true, nil), cls, false},
+		{"created in the same second", svc(t0, true, nil), cls, false},
+		{"older Service naming its class", svc(t0.Add(-time.Hour), true, named), nil, false},
+	} {
+		if got := autoClaimSkip(tc.svc, tc.class) != ""; got != tc.skip {
+			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, tc.class), tc.skip)
 		}
 	}
 }
