@@ -2,6 +2,7 @@ package controller
 
 import (
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,19 +18,19 @@ var metallbAnnotations = []string{
 
 // autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may),
 // from what the Service's author asked for: a type, a claim, an opt-out, a load-balancer
-// class, an IP or a MetalLB annotation. class is the auto-claim class that would serve it (nil
-// when the Service names its class itself, or none is known yet).
+// class, an IP or a MetalLB annotation (autoClaimSkipAsked).
 //
 // An address already in the Service's status skips it only when the Service had it before
-// auto-claim applied to it: it was created before the auto-claim class was. A Service created
-// afterwards may have been given an address by an auto-assigning pool in the moment before its
-// claim existed (a race, not a choice), and one that names its class asked for a reserved one.
-func autoClaimSkip(svc *corev1.Service, class *ipamv1.IPAddressClass) string {
+// auto-claim applied to it, that is when it was created before enabledAt: the time the
+// auto-claim class was marked (zero when the Service names its class itself, which asks for a
+// reserved address whatever it has). A Service created afterwards may have been given an
+// address by an auto-assigning pool in the moment before its claim existed: a race, not a
+// choice, and no reason to leave it without the reserved address it is owed.
+func autoClaimSkip(svc *corev1.Service, enabledAt time.Time) string {
 	if why := autoClaimSkipAsked(svc); why != "" {
 		return why
 	}
-	if len(svc.Status.LoadBalancer.Ingress) > 0 && svc.Annotations[ipamv1.AnnotationServiceClass] == "" &&
-		class != nil && svc.CreationTimestamp.Before(&class.CreationTimestamp) {
+	if len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() && svc.CreationTimestamp.Time.Before(enabledAt.Truncate(time.Second)) {
 		return "had an address before auto-claim was enabled"
 	}
 	return ""

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,11 @@ type AutoClaimReconciler struct {
 	// once per Service, and forgets them with it.
 	announce *driverkit.Announcer
 	once     sync.Once
+
+	// started is when this process began watching classes; markedAt holds, per class, when
+	// this process saw the auto-claim mark appear (see enabledAt).
+	started  time.Time
+	markedAt sync.Map
 }
 
 func (r *AutoClaimReconciler) announcer() *driverkit.Announcer {
@@ -50,6 +56,7 @@ func (r *AutoClaimReconciler) announcer() *driverkit.Announcer {
 }
 
 func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.started = r.now()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, indexServiceWaiting, func(o client.Object) []string {
 		if autoClaimSkipAsked(o.(*corev1.Service)) != "" {
 			return nil
@@ -66,8 +73,7 @@ func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&ipamv1.IPAddressClaim{}, builder.WithPredicates(claimOwnershipChanged())).
 		// Turning auto-claim on concerns the Services that could use it; other class updates
 		// do not.
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.waitingServices),
-			builder.WithPredicates(autoClaimTurnedOn())).
+		Watches(&ipamv1.IPAddressClass{}, r.classMarked(), builder.WithPredicates(autoClaimTurnedOn())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
 }
@@ -107,6 +113,39 @@ func autoClaimTurnedOn() predicate.Predicate {
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// classMarked records when a class got the auto-claim mark and enqueues the Services that
+// could use it.
+func (r *AutoClaimReconciler) classMarked() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.waitingServices(ctx, nil) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.markedAt.Store(e.ObjectNew.GetName(), r.now())
+			enqueue(ctx, q)
+		},
+	}
+}
+
+// enabledAt is when auto-claim began to apply through class: the moment this process saw the
+// mark appear, or, for a class marked before this process started, the class's creation or
+// this process's start, whichever is later. A Service with an address created before then
+// keeps its address (see autoClaimSkip).
+func (r *AutoClaimReconciler) enabledAt(class *ipamv1.IPAddressClass) time.Time {
+	if t, ok := r.markedAt.Load(class.Name); ok {
+		return t.(time.Time)
+	}
+	if class.CreationTimestamp.Time.After(r.started) {
+		return class.CreationTimestamp.Time
+	}
+	return r.started
 }
 
 // waitingServices maps a newly marked auto-claim class to the Services that auto-claim could
@@ -150,7 +189,11 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if err != nil || className == "" {
 		return reconcile.Result{}, err
 	}
-	if autoClaimSkip(&svc, class) != "" {
+	var enabled time.Time
+	if class != nil {
+		enabled = r.enabledAt(class)
+	}
+	if autoClaimSkip(&svc, enabled) != "" {
 		return reconcile.Result{}, nil
 	}
 	yes := true

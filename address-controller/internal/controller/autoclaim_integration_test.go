@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -141,42 +142,48 @@ func TestAutoClaimRecreatedServiceGetsItsOwnClaim(t *testing.T) {
 }
 
 // MetalLB may give a new Service an address from an auto-assign pool before auto-claim acts:
-// that does not make it skip the Service. A Service that had its address before the auto-claim
-// class existed keeps it.
+// that does not make it skip the Service. A Service that had its address before auto-claim was
+// enabled keeps it.
 func TestAutoClaimIsNotSkippedForAnAddressWonInARace(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
-	setIngress := func(svc *corev1.Service, ip string) {
+	optOut := map[string]string{ipamv1.AnnotationAutoClaim: "false"}
+	// The Services get their address while opted out, as if MetalLB had been faster than the
+	// core; then the opt-out goes and the core first looks at them with an address.
+	withAddress := func(svc *corev1.Service, ip string) {
 		t.Helper()
+		create(t, svc)
+		t.Cleanup(func() { del(t, svc) })
 		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
 		if err := admin.Status().Update(ctx, svc); err != nil {
 			t.Fatal(err)
 		}
 	}
-	legacy := lbService(ns, "legacy", nil)
-	create(t, legacy)
-	setIngress(legacy, "198.51.100.250")
+	optIn := func(svc *corev1.Service) {
+		t.Helper()
+		if err := admin.Patch(ctx, svc, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+ipamv1.AnnotationAutoClaim+`":null}}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	legacy := lbService(ns, "legacy", maps.Clone(optOut))
+	withAddress(legacy, "198.51.100.250")
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
 
-	stopCore(t)
 	cls := newClass(t, "ac-race", noDriver, func(c *ipamv1.IPAddressClass) {
 		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
 	})
-	t.Cleanup(func() {
-		for _, o := range []client.Object{legacy, cls} {
-			del(t, o)
-		}
-	})
+	t.Cleanup(func() { del(t, cls) })
 	time.Sleep(1100 * time.Millisecond)
-	raced := lbService(ns, "raced", nil)
-	create(t, raced)
-	t.Cleanup(func() { del(t, raced) })
-	setIngress(raced, "198.51.100.251")
-	guest := lbService(ns, "guest", map[string]string{ipamv1.AnnotationServiceClass: "ac-race"})
-	create(t, guest)
-	t.Cleanup(func() { del(t, guest) })
-	setIngress(guest, "198.51.100.252")
-	restartCore(t)
+	raced := lbService(ns, "raced", maps.Clone(optOut))
+	withAddress(raced, "198.51.100.251")
+	guestAnn := maps.Clone(optOut)
+	guestAnn[ipamv1.AnnotationServiceClass] = "ac-race"
+	guest := lbService(ns, "guest", guestAnn)
+	withAddress(guest, "198.51.100.252")
+	for _, svc := range []*corev1.Service{legacy, raced, guest} {
+		optIn(svc)
+	}
 
 	for _, name := range []string{"raced", "guest"} {
 		eventually(t, "a claim for "+name, func() (bool, error) {
