@@ -41,7 +41,7 @@ func BenchmarkBindPreProvisioned(b *testing.B) {
 		baseNS := ns + "-base"
 		setupBench(b, baseNS, "", 0, 0)
 		start := time.Now()
-		parallel(n, func(j int) error {
+		parallelB(b, n, func(j int) error {
 			c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: baseNS, Name: fmt.Sprintf("c%d", j)},
 				Spec: ipamv1.IPAddressClaimSpec{ClassName: "bench-baseline-none"}}
 			if err := admin.Create(ctx, c); err != nil {
@@ -59,7 +59,7 @@ func BenchmarkBindPreProvisioned(b *testing.B) {
 		// The core.
 		b.StartTimer()
 		start = time.Now()
-		parallel(n, func(j int) error { return admin.Create(ctx, claims[j]) })
+		parallelB(b, n, func(j int) error { return admin.Create(ctx, claims[j]) })
 		deadline := time.Now().Add(2 * time.Minute)
 		for _, c := range claims {
 			for {
