@@ -48,8 +48,8 @@ func TestStaleClaimPassNeitherRebindsNorOverwritesStatus(t *testing.T) {
 	m := NewMetrics(nil)
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
 
-	// First pass, on fresh reads: binds the lowest address.
-	if _, err := claimReconciler(live, live, m).Reconcile(ctx, req); err != nil {
+	// First pass, on fresh reads (a cache synced now): binds the lowest address.
+	if _, err := claimReconciler(frozenClient(t), live, m).Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	c := getClaim(t, ns, "c")
@@ -88,11 +88,11 @@ func TestStaleAddressPassDoesNotOverwritePhase(t *testing.T) {
 	})
 	stale := frozenClient(t)
 	live := liveClient(t)
-	if _, err := claimReconciler(live, live, NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}); err != nil {
+	if _, err := claimReconciler(frozenClient(t), live, NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: a.Name}}
-	if _, err := addressReconciler(live, live).Reconcile(ctx, req); err != nil {
+	if _, err := addressReconciler(frozenClient(t), live).Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if got := getAddress(t, a.Name).Status.Phase; got != ipamv1.AddressBound {
@@ -240,8 +240,7 @@ func TestPendingClaimIsRecheckedOnASchedule(t *testing.T) {
 	newClass(t, "recheck", noDriver)
 	newClaim(t, ns, "c", "recheck", ipamv1.IPv4)
 	waitClaimReason(t, ns, "c", ipamv1.ReasonWaitingForAddress)
-	live := liveClient(t)
-	res, err := claimReconciler(live, live, NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}})
+	res, err := claimReconciler(frozenClient(t), liveClient(t), NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}})
 	if err != nil {
 		t.Fatal(err)
 	}

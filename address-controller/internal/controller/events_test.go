@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ func TestMultipleDefaultClassesIsSaidOnce(t *testing.T) {
 		}
 	}
 	consistently(t, "MultipleDefaultClasses to be said once", 2*time.Second, func() (bool, error) {
-		return timesSaidFor(t, ns, "dual", "MultipleDefaultClasses") == 1, nil
+		if n := timesSaidFor(t, ns, "dual", "MultipleDefaultClasses"); n != 1 {
+			return false, fmt.Errorf("said %d times", n)
+		}
+		return true, nil
 	})
 }
