@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -198,13 +198,54 @@ func TestAutoClaimIsNotSkippedForAnAddressWonInARace(t *testing.T) {
 	})
 }
 
+// refuseClaims makes the apiserver refuse every claim created in ns (an admission policy), so
+// that auto-claim's passes over a Service there repeat.
+func refuseClaims(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-claims-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{ipamv1.GroupVersion.Group},
+						APIVersions: []string{ipamv1.GroupVersion.Version}, Resources: []string{"ipaddressclaims"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "claims are refused in this namespace (test)"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}
+	create(t, policy)
+	create(t, binding)
+	t.Cleanup(func() { del(t, binding); del(t, policy) })
+	eventually(t, "the policy to refuse claims", func() (bool, error) {
+		probe := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-"}}
+		err := admin.Create(ctx, probe)
+		if err == nil {
+			del(t, probe)
+			return false, nil
+		}
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), nil
+	})
+}
+
 // Several auto-claim classes: the Service hears about it once, however many passes see it
-// (here the claim cannot be created, a quota forbids claims in the namespace, so passes repeat).
+// (here the claim cannot be created, so the passes repeat).
 func TestMultipleAutoClaimClassesIsSaidOnce(t *testing.T) {
 	ns := newNamespace(t)
-	create(t, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-claims"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-			"count/ipaddressclaims.local.sdn.cozystack.io": resource.MustParse("0")}}})
+	refuseClaims(t, ns)
 	mark := func(c *ipamv1.IPAddressClass) {
 		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
 	}
@@ -212,11 +253,15 @@ func TestMultipleAutoClaimClassesIsSaidOnce(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
 	b := newClass(t, "ac-twin-b", noDriver, mark)
 	t.Cleanup(func() { del(t, a); del(t, b) })
+	before := reconciles(t, "autoclaim")
 	svc := lbService(ns, "twin", nil)
 	create(t, svc)
 	t.Cleanup(func() { del(t, svc) })
 	waitEvent(t, ns, "twin", "MultipleAutoClaimClasses")
-	consistently(t, "MultipleAutoClaimClasses to be said once", 3*time.Second, func() (bool, error) {
+	eventually(t, "several passes over the Service", func() (bool, error) {
+		return reconciles(t, "autoclaim")-before >= 3, nil
+	})
+	consistently(t, "MultipleAutoClaimClasses to be said once", 2*time.Second, func() (bool, error) {
 		if n := timesSaidFor(t, ns, "twin", "MultipleAutoClaimClasses"); n != 1 {
 			return false, fmt.Errorf("said %d times", n)
 		}
