@@ -72,7 +72,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	@lint="$$($(BINARIES) path golangci-lint)"; status=0; \
 	for m in $(MODULES); do \
 		echo "golangci-lint $$m"; \
-		(cd $$m && "$$lint" run --config $(CURDIR)/.golangci.yml ./...) || status=1; \
+		(cd $$m && "$$lint" run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || status=1; \
 	done; exit $$status
 
 .PHONY: test
