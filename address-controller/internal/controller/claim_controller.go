@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -53,10 +55,37 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			predicate.LabelChangedPredicate{}, deletionPredicate()))).
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress)).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress),
+			builder.WithPredicates(addressChangedForClaims())).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// addressChangedForClaims passes the address events a claim decides on: creation, deletion,
+// and updates of the binding, the deletion mark, or the driver's Lost and Conflict conditions.
+// The driver's attachment and Held writes do not concern the claim.
+func addressChangedForClaims() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			before, ok1 := e.ObjectOld.(*ipamv1.IPAddress)
+			after, ok2 := e.ObjectNew.(*ipamv1.IPAddress)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !equality.Semantic.DeepEqual(before.Spec.ClaimRef, after.Spec.ClaimRef) ||
+				(before.DeletionTimestamp == nil) != (after.DeletionTimestamp == nil) ||
+				conditionStatus(before, ipamv1.ConditionLost) != conditionStatus(after, ipamv1.ConditionLost) ||
+				conditionStatus(before, ipamv1.ConditionConflict) != conditionStatus(after, ipamv1.ConditionConflict)
+		},
+	}
+}
+
+func conditionStatus(a *ipamv1.IPAddress, condition string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(a.Status.Conditions, condition); c != nil {
+		return c.Status
+	}
+	return ""
 }
 
 // claimsOfAddress maps an address to the claim it is bound to or, when it is unbound, to the
