@@ -101,7 +101,8 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 			r.announcer().Say(&a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
 				fmt.Sprintf("IPAddress %s is bound to claim %s/%s and is deleted once that claim is; delete the claim first",
 					a.Name, claim.Namespace, claim.Name))
-			return reconcile.Result{}, nil
+			// The claim's deletion brings the next pass; a missed event only delays it.
+			return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(a.DeletionTimestamp.Time))}, nil
 		}
 		r.announcer().Forget(req.NamespacedName)
 		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress)
