@@ -152,6 +152,11 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		}
 		r.phaseEvent(&a, before)
 	}
+	if state == claimTerminating && d.requeueAfter == 0 {
+		// The claim's release (then its disappearance) brings the next pass; a missed event
+		// only delays it.
+		return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(claim.DeletionTimestamp.Time))}, nil
+	}
 	return reconcile.Result{RequeueAfter: d.requeueAfter}, nil
 }
 
