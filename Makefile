@@ -22,7 +22,7 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
-binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB and controller-gen.
+binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB, controller-gen and golangci-lint.
 	$(BINARIES) build
 
 .PHONY: generate
@@ -64,10 +64,16 @@ release: ## Build and push both images to REGISTRY (e.g. ghcr.io/cozystack), the
 	@git --no-pager diff --stat -- packages/
 
 .PHONY: lint
-lint: ## gofmt and go vet over every module.
+lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every module.
 	@out="$$(gofmt -l $(MODULES) | grep -v '/vendor/' || true)"; \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	@$(BINARIES) build golangci-lint >/dev/null
+	@lint="$$($(BINARIES) path golangci-lint)"; status=0; \
+	for m in $(MODULES); do \
+		echo "golangci-lint $$m"; \
+		(cd $$m && "$$lint" run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || status=1; \
+	done; exit $$status
 
 .PHONY: test
 test: lint check-generated binaries test-unit test-e2e ## Everything CI runs.

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,10 +108,18 @@ func TestAutoClaim(t *testing.T) {
 				t.Fatalf("plain claim: family %s owners %+v", plain.Spec.Family, plain.OwnerReferences)
 			}
 			waitIngress(ctx, t, c, ns, "plain", claimIPs(plain))
-			for name := range skips {
-				expectNoClaim(ctx, t, c, ns, name)
-			}
-			expectNoClaim(ctx, t, c, legacy, "has-address")
+			consistently(ctx, t, 3*time.Second, "no claim for a skipped Service", func(ctx context.Context) (bool, error) {
+				for name := range skips {
+					if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ipamv1.IPAddressClaim{}); !apierrors.IsNotFound(err) {
+						return false, fmt.Errorf("Service %s got a claim (or the lookup failed: %v)", name, err)
+					}
+				}
+				err := c.Get(ctx, client.ObjectKey{Namespace: legacy, Name: "has-address"}, &ipamv1.IPAddressClaim{})
+				if !apierrors.IsNotFound(err) {
+					return false, fmt.Errorf("the Service that had an address got a claim (or the lookup failed: %v)", err)
+				}
+				return true, nil
+			})
 			waitIngress(ctx, t, c, legacy, "has-address", []string{"198.51.100.224"})
 
 			// Deleting the Service deletes the claim and its addresses, although the class retains.
@@ -127,6 +137,28 @@ func TestAutoClaim(t *testing.T) {
 				})
 			}
 
+			// A Service deleted and at once created again under its name gets a claim of its own
+			// once the garbage collector has removed the old one.
+			create(lbService(ns, "again", nil, false))
+			first := waitClaimBound(ctx, t, c, ns, "again")
+			if err := c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "again"}}); err != nil {
+				t.Fatal(err)
+			}
+			second := lbService(ns, "again", nil, false)
+			eventually(ctx, t, 30*time.Second, "the Service to be created again", func(ctx context.Context) (bool, error) {
+				err := c.Create(ctx, second)
+				return err == nil, client.IgnoreAlreadyExists(err)
+			})
+			eventually(ctx, t, 90*time.Second, "a Bound claim owned by the new Service", func(ctx context.Context) (bool, error) {
+				var cl ipamv1.IPAddressClaim
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "again"}, &cl); err != nil {
+					return false, client.IgnoreNotFound(err)
+				}
+				owner := metav1.GetControllerOf(&cl)
+				return owner != nil && owner.UID == second.UID && cl.UID != first.UID && cl.Status.Phase == ipamv1.ClaimBound, nil
+			})
+			waitIngress(ctx, t, c, ns, "again", claimIPs(waitClaimBound(ctx, t, c, ns, "again")))
+
 			// Removing the owner reference keeps the address, attached while the Service lives
 			// and kept after it.
 			create(lbService(ns, "keeper", nil, false))
@@ -136,12 +168,29 @@ func TestAutoClaim(t *testing.T) {
 			if err := c.Patch(ctx, keeper, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"ownerReferences":null}}`))); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
-			waitIngress(ctx, t, c, ns, "keeper", ips)
-			if err := c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keeper"}}); err != nil {
+			consistently(ctx, t, 3*time.Second, "the Service to keep its address after the owner reference went", func(ctx context.Context) (bool, error) {
+				var s corev1.Service
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "keeper"}, &s); err != nil {
+					return false, err
+				}
+				return slices.Equal(ingressOf(&s), ips), nil
+			})
+			keeperSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keeper"}}
+			if err := c.Delete(ctx, keeperSvc); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Second)
+			eventually(ctx, t, 30*time.Second, "the keeper Service to be gone", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(keeperSvc), keeperSvc)
+				return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			})
+			// The garbage collector has nothing to collect: the claim stays, Bound to its address.
+			consistently(ctx, t, 5*time.Second, "the kept claim to stay Bound after its Service went", func(ctx context.Context) (bool, error) {
+				var cl ipamv1.IPAddressClaim
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "keeper"}, &cl); err != nil {
+					return false, err
+				}
+				return cl.DeletionTimestamp == nil && cl.Status.Phase == ipamv1.ClaimBound, nil
+			})
 			kept := waitClaimBound(ctx, t, c, ns, "keeper")
 			if got := claimIPs(kept); len(got) != 1 || got[0] != ips[0] {
 				t.Fatalf("after the Service went, the claim has %v, want %v", got, ips)

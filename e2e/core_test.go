@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -100,6 +102,105 @@ func TestCoreRunsAsItsServiceAccount(t *testing.T) {
 				err := c.Get(ctx, client.ObjectKeyFromObject(class), class)
 				return err != nil, client.IgnoreNotFound(err)
 			})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// A restart of the core over settled objects writes nothing. The restarted controllers are
+// first shown to have run over every object (their reconcile counters, read from the new
+// process's metrics endpoint, reach the number of objects), so a core that never started cannot
+// pass.
+func TestCoreRestartOverSettledObjectsWritesNothing(t *testing.T) {
+	f := features.New("a restarted core reconciles every object and writes nothing").
+		Assess("restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			local := localCluster(t)
+			ns := tenantNamespace(ctx, t, c, "tenant-core-restart")
+			t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+			class := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-core-restart"},
+				Spec: ipamv1.IPAddressClassSpec{Provisioner: "nobody.example.org", ReclaimPolicy: ipamv1.ReclaimDelete}}
+			if err := c.Create(ctx, class); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { deleteClassAndAddresses(t, c, class.Name) })
+			mine := map[string]bool{class.Name: true, ns: true}
+			for i, ip := range []string{"198.51.100.236", "198.51.100.237", "198.51.100.238"} {
+				a := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "ip-" + strings.ReplaceAll(ip, ".", "-")},
+					Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: class.Name, ReclaimPolicy: ipamv1.ReclaimDelete}}
+				if err := c.Create(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				mine[a.Name] = true
+				if i < 2 {
+					newTenantClaim(ctx, t, c, ns, fmt.Sprintf("c%d", i), class.Name, ipamv1.IPv4)
+				}
+			}
+			for i := range 2 {
+				waitClaimBound(ctx, t, c, ns, fmt.Sprintf("c%d", i))
+			}
+			sa := "system:serviceaccount:cozy-address-controller:address-controller"
+			coreWrites := func(since time.Time) ([]controlplane.AuditEvent, error) {
+				return controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
+					return e.User.Username == sa && e.Stamp.After(since) && (e.ObjectRef == nil || e.ObjectRef.Resource != "leases")
+				})
+			}
+			// Settled: the core has stopped writing about anything.
+			quiet := time.Now()
+			eventually(ctx, t, 60*time.Second, "the core to stop writing", func(ctx context.Context) (bool, error) {
+				w, err := coreWrites(quiet)
+				if err != nil || len(w) > 0 {
+					quiet = time.Now()
+					return false, err
+				}
+				return time.Since(quiet) > 2*time.Second, nil
+			})
+
+			var claims ipamv1.IPAddressClaimList
+			var addrs ipamv1.IPAddressList
+			var classes ipamv1.IPAddressClassList
+			for _, l := range []client.ObjectList{&claims, &addrs, &classes} {
+				if err := c.List(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string]int{"ipaddressclaim": len(claims.Items), "ipaddress": len(addrs.Items), "ipaddressclass": len(classes.Items)}
+			since := time.Now()
+			restart(ctx, t, "address-controller")
+			url := local.Endpoints["address-controller/metrics"]
+			eventually(ctx, t, 60*time.Second, fmt.Sprintf("the restarted core to reconcile every object %v", want), func(ctx context.Context) (bool, error) {
+				got, err := reconcileTotals(ctx, url)
+				if err != nil {
+					return false, err
+				}
+				for ctrl, n := range want {
+					if got[ctrl] < n {
+						return false, fmt.Errorf("%s reconciled %d of %d", ctrl, got[ctrl], n)
+					}
+				}
+				return true, nil
+			})
+			consistently(ctx, t, 3*time.Second, "the restarted core to write nothing about this test's objects", func(ctx context.Context) (bool, error) {
+				writes, err := coreWrites(since)
+				if err != nil {
+					return false, err
+				}
+				var lines []string
+				for _, w := range writes {
+					if w.ObjectRef != nil && (mine[w.ObjectRef.Name] || mine[w.ObjectRef.Namespace]) {
+						lines = append(lines, w.Verb+" "+w.RequestURI)
+					}
+				}
+				if len(lines) > 0 {
+					return false, fmt.Errorf("%d writes:\n%s", len(lines), strings.Join(lines, "\n"))
+				}
+				return true, nil
+			})
+			if writes, _ := coreWrites(since); len(writes) > 0 {
+				for _, w := range writes {
+					t.Logf("after the restart the core wrote (objects of other tests): %s %s", w.Verb, w.RequestURI)
+				}
+			}
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -90,14 +90,48 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 
 			// A restart over settled objects writes nothing.
 			local := localCluster(t)
-			time.Sleep(2 * time.Second)
+			sa := "system:serviceaccount:cozy-metallb-iad:metallb-iad"
+			driverWrites := func(since time.Time) ([]controlplane.AuditEvent, error) {
+				return controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
+					return e.User.Username == sa && e.Stamp.After(since) && (e.ObjectRef == nil || e.ObjectRef.Resource != "leases")
+				})
+			}
+			quiet := time.Now()
+			eventually(ctx, t, 60*time.Second, "the driver to stop writing", func(ctx context.Context) (bool, error) {
+				w, err := driverWrites(quiet)
+				if err != nil || len(w) > 0 {
+					quiet = time.Now()
+					return false, err
+				}
+				return time.Since(quiet) > 2*time.Second, nil
+			})
+			var addrs ipamv1.IPAddressList
+			if err := c.List(ctx, &addrs); err != nil {
+				t.Fatal(err)
+			}
 			since := time.Now()
 			restart(ctx, t, "metallb-iad")
-			time.Sleep(5 * time.Second)
-			sa := "system:serviceaccount:cozy-metallb-iad:metallb-iad"
-			writes, err := controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
-				return e.User.Username == sa && e.Stamp.After(since) && (e.ObjectRef == nil || e.ObjectRef.Resource != "leases")
+			// The restarted driver ran: its controllers reconciled at least one object per address.
+			eventually(ctx, t, 60*time.Second, "the restarted driver to reconcile every address", func(ctx context.Context) (bool, error) {
+				got, err := reconcileTotals(ctx, local.Endpoints["metallb-iad/metrics"])
+				total := 0
+				for _, n := range got {
+					total += n
+				}
+				return total >= len(addrs.Items), err
 			})
+			consistently(ctx, t, 3*time.Second, "the restarted driver to write nothing", func(ctx context.Context) (bool, error) {
+				w, err := driverWrites(since)
+				if len(w) > 0 {
+					var lines []string
+					for _, e := range w {
+						lines = append(lines, e.Verb+" "+e.RequestURI)
+					}
+					return false, fmt.Errorf("%d writes:\n%s", len(w), strings.Join(lines, "\n"))
+				}
+				return true, err
+			})
+			writes, err := driverWrites(since)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // Component is one pinned upstream project and the commands built from it.
@@ -42,6 +43,7 @@ const (
 	EtcdVersion          = "v3.6.16"
 	MetalLBVersion       = "v0.15.2"
 	ControllerGenVersion = "v0.23.0"
+	GolangCILintVersion  = "v2.15.0"
 )
 
 var (
@@ -89,10 +91,18 @@ var (
 		Packages: []string{"sigs.k8s.io/controller-tools/cmd/controller-gen"},
 		Commands: []string{"controller-gen"},
 	}
+	GolangCILint = Component{
+		Name:     "golangci-lint",
+		Module:   "github.com/golangci/golangci-lint/v2",
+		Version:  GolangCILintVersion,
+		Packages: []string{"github.com/golangci/golangci-lint/v2/cmd/golangci-lint"},
+		Commands: []string{"golangci-lint"},
+		LDFlags:  "-X main.version=" + strings.TrimPrefix(GolangCILintVersion, "v"),
+	}
 )
 
 // All lists every component, in build order (fast ones first).
-var All = []Component{ControllerGen, Etcd, MetalLB, Kubernetes}
+var All = []Component{ControllerGen, GolangCILint, Etcd, MetalLB, Kubernetes}
 
 // ByName returns the component called name.
 func ByName(name string) (Component, bool) {

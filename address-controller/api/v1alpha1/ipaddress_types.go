@@ -39,12 +39,19 @@ type ClaimReference struct {
 }
 
 // AttachmentReference names the object an address is attached to (a Service, for the MetalLB
-// driver).
+// driver). Written by the driver; read-only for everyone else.
 type AttachmentReference struct {
-	Kind      string    `json:"kind"`
-	Namespace string    `json:"namespace,omitempty"`
-	Name      string    `json:"name"`
-	UID       types.UID `json:"uid,omitempty"`
+	// kind of the object using the address, such as Service.
+	Kind string `json:"kind"`
+	// namespace of the object using the address (empty for a cluster-scoped object).
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// name of the object using the address.
+	Name string `json:"name"`
+	// uid of the object using the address, so that a re-created object of the same name is
+	// told apart.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
 }
 
 // IPAddressSpec is one IP address of a class.
@@ -100,6 +107,8 @@ type IPAddressStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=ipaddr,categories=ipam
+// +kubebuilder:selectablefield:JSONPath=".spec.claimRef.namespace"
+// +kubebuilder:selectablefield:JSONPath=".spec.claimRef.name"
 // +kubebuilder:validation:XValidation:rule="self.spec.address.contains(':') ? (self.metadata.name.matches('^ip-([0-9a-f]{4}-){7}[0-9a-f]{4}$') && ip(self.metadata.name.substring(3).replace('-', ':')) == ip(self.spec.address)) : self.metadata.name == 'ip-' + self.spec.address.replace('.', '-')",message="metadata.name must be derived from spec.address: ip-203-0-113-7 for 203.0.113.7, ip-2001-0db8-0000-0000-0000-0000-0000-0007 for 2001:db8::7"
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`

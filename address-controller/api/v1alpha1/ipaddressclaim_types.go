@@ -28,24 +28,31 @@ const (
 	ClaimLost ClaimPhase = "Lost"
 )
 
-// IPAddressClaimSpec is a tenant's request for addresses.
+// IPAddressClaimSpec is a tenant's request for addresses. Only the tenant writes it.
 // +kubebuilder:validation:XValidation:rule="!has(self.addressName) || self.family != 'Dual'",message="addressName names one address and cannot be used with family Dual"
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="className is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.addressName) == has(oldSelf.addressName) && (!has(self.addressName) || self.addressName == oldSelf.addressName)",message="addressName is immutable"
 type IPAddressClaimSpec struct {
-	// className is the IPAddressClass to claim from; empty means the default class. Immutable.
+	// className is the IPAddressClass to claim from. Empty means: the class of the address
+	// named by addressName when that is set, otherwise the class marked as default (the class
+	// the claim resolved to is recorded in status.className and kept). Immutable once the claim
+	// exists, like a PersistentVolumeClaim's storageClassName: to change class, create a new
+	// claim.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ClassName string `json:"className,omitempty"`
 
-	// family is IPv4 (the default), IPv6, or Dual (one address of each). Immutable.
+	// family is IPv4 (the default), IPv6, or Dual (one address of each). Immutable once the
+	// claim exists.
 	// +optional
 	// +kubebuilder:default=IPv4
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="family is immutable"
 	Family IPFamily `json:"family,omitempty"`
 
 	// addressName binds exactly this IPAddress (by object name, such as ip-203-0-113-7)
-	// instead of any Available address of the class. Single-family claims only. Immutable.
+	// instead of any Available address of the class; it must be Available (or already bound to
+	// this claim) and of the claim's family. A claim with addressName and no className takes
+	// the class of that address. Single-family claims only. Immutable once the claim exists.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	AddressName string `json:"addressName,omitempty"`
@@ -61,9 +68,10 @@ type ClaimedAddress struct {
 	Family IPFamily `json:"family"`
 }
 
-// IPAddressClaimStatus is written by the core.
+// IPAddressClaimStatus is written by the core only.
 type IPAddressClaimStatus struct {
-	// phase: Pending, Bound or Lost.
+	// phase: Pending (some family has no address yet), Bound (every family has one) or Lost
+	// (was Bound, and an address went away or its driver lost it).
 	// +optional
 	Phase ClaimPhase `json:"phase,omitempty"`
 	// className is the class the claim resolved to; it does not change afterwards, even if the
@@ -75,7 +83,9 @@ type IPAddressClaimStatus struct {
 	// +optional
 	// +listType=atomic
 	Addresses []ClaimedAddress `json:"addresses,omitempty"`
-	// conditions: Bound, with a reason saying what the claim waits for.
+	// conditions: Bound, whose reason and message say what the claim waits for (such as
+	// WaitingForAddress, ClassNotFound, NoDefaultClass, ClassNotAccepted, AddressNotFound,
+	// AddressUnusable, AddressLost).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

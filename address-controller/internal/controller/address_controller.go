@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 )
 
@@ -29,9 +31,14 @@ type AddressReconciler struct {
 	Workers  int
 	Now      func() time.Time
 
-	// blocked remembers the addresses whose held deletion was reported, so the event is
-	// emitted once per deletion, not on every pass.
-	blocked sync.Map
+	// announce reports a held deletion once per deletion, not on every pass.
+	announce *driverkit.Announcer
+	once     sync.Once
+}
+
+func (r *AddressReconciler) announcer() *driverkit.Announcer {
+	r.once.Do(func() { r.announce = &driverkit.Announcer{Recorder: r.Recorder} })
+	return r.announce
 }
 
 func (r *AddressReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -80,7 +87,7 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 	var a ipamv1.IPAddress
 	if err := r.Client.Get(ctx, req.NamespacedName, &a); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.blocked.Delete(req.Name)
+			r.announcer().Forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -91,14 +98,13 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 
 	if a.DeletionTimestamp != nil {
 		if state == claimLive {
-			if _, seen := r.blocked.LoadOrStore(a.Name, true); !seen {
-				r.Recorder.Eventf(&a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
-					"IPAddress %s is bound to claim %s/%s and is deleted once that claim is; delete the claim first",
-					a.Name, claim.Namespace, claim.Name)
-			}
-			return reconcile.Result{}, nil
+			r.announcer().Say(&a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
+				fmt.Sprintf("IPAddress %s is bound to claim %s/%s and is deleted once that claim is; delete the claim first",
+					a.Name, claim.Namespace, claim.Name))
+			// The claim's deletion brings the next pass; a missed event only delays it.
+			return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(a.DeletionTimestamp.Time))}, nil
 		}
-		r.blocked.Delete(a.Name)
+		r.announcer().Forget(req.NamespacedName)
 		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress)
 	}
 	if err := ensureFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress); err != nil {
@@ -137,12 +143,19 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	if d.phase != a.Status.Phase || !timesEqual(d.releasedAt, a.Status.ReleasedAt) {
 		before := a.Status.Phase
-		patch := client.MergeFrom(a.DeepCopy())
+		// Guarded by resourceVersion: a pass that read an older address must not write its
+		// phase over a newer one; it retries on the newer address.
+		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
 		if err := r.Client.Status().Patch(ctx, &a, patch); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		r.phaseEvent(&a, before)
+	}
+	if state == claimTerminating && d.requeueAfter == 0 {
+		// The claim's release (then its disappearance) brings the next pass; a missed event
+		// only delays it.
+		return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(claim.DeletionTimestamp.Time))}, nil
 	}
 	return reconcile.Result{RequeueAfter: d.requeueAfter}, nil
 }

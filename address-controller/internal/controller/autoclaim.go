@@ -1,46 +1,37 @@
 package controller
 
 import (
-	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
-// MetalLB's annotations (and their deprecated twins): a Service carrying any of them chose its
-// address its own way, and auto-claim leaves it alone.
-var metallbAnnotations = []string{
-	"metallb.io/address-pool", "metallb.io/loadBalancerIPs", "metallb.io/allow-shared-ip",
-	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
-}
-
-// autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may).
-// Class selection is separate (wantsClass).
-func autoClaimSkip(svc *corev1.Service) string {
-	switch {
-	case svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
-		return "not a LoadBalancer"
-	case svc.DeletionTimestamp != nil:
-		return "being deleted"
-	case svc.Annotations[ipamv1.AnnotationServiceClaim] != "":
-		return "names a claim"
-	case strings.EqualFold(svc.Annotations[ipamv1.AnnotationAutoClaim], "false"):
-		return "opted out"
-	case svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "":
-		return "has a loadBalancerClass"
-	case svc.Spec.LoadBalancerIP != "":
-		return "sets spec.loadBalancerIP"
-	case len(svc.Status.LoadBalancer.Ingress) > 0:
-		return "already has an address"
+// autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may),
+// from what the Service's author asked for: a type, a claim, an opt-out, a load-balancer
+// class, an IP or a MetalLB annotation (autoClaimSkipAsked).
+//
+// An address already in the Service's status skips it only when the Service had it before
+// auto-claim applied to it, that is when it was created before enabledAt: the time the
+// auto-claim class was marked (zero when the Service names its class itself, which asks for a
+// reserved address whatever it has). A Service created afterwards may have been given an
+// address by an auto-assigning pool in the moment before its claim existed: a race, not a
+// choice, and no reason to leave it without the reserved address it is owed.
+func autoClaimSkip(svc *corev1.Service, enabledAt time.Time) string {
+	if why := autoClaimSkipAsked(svc); why != "" {
+		return why
 	}
-	for _, a := range metallbAnnotations {
-		if _, ok := svc.Annotations[a]; ok {
-			return "carries " + a
-		}
+	if len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() && svc.CreationTimestamp.Time.Before(enabledAt.Truncate(time.Second)) {
+		return "had an address before auto-claim was enabled"
 	}
 	return ""
 }
+
+// autoClaimSkipAsked is the part of autoClaimSkip that depends on the Service alone (shared
+// with drivers: autoclaim.SkipAsked).
+func autoClaimSkipAsked(svc *corev1.Service) string { return autoclaim.SkipAsked(svc) }
 
 // claimFamily maps a Service's IP families to a claim family: two families are Dual.
 func claimFamily(svc *corev1.Service) ipamv1.IPFamily {

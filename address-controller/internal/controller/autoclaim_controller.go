@@ -2,24 +2,33 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
 
-// indexServiceWaiting keys a LoadBalancer Service that auto-claim could still serve (no
-// address, no claim named) under "": what a newly marked auto-claim class concerns.
+// indexServiceWaiting keys a LoadBalancer Service that auto-claim could serve (no rule of what
+// its author asked for skips it) under "": what a newly marked auto-claim class concerns.
 const indexServiceWaiting = "ipam.serviceWaitingForAutoClaim"
 
 // AutoClaimReconciler creates a claim for a LoadBalancer Service that names none, when an admin
@@ -28,13 +37,28 @@ type AutoClaimReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Workers  int
+	Now      func() time.Time
 
-	said warnings
+	// announce says lasting warnings (the claim name is taken, several auto-claim classes)
+	// once per Service, and forgets them with it.
+	announce *driverkit.Announcer
+	once     sync.Once
+
+	// started is when this process began watching classes; markedAt holds, per class, when
+	// this process saw the auto-claim mark appear (see enabledAt).
+	started  time.Time
+	markedAt sync.Map
+}
+
+func (r *AutoClaimReconciler) announcer() *driverkit.Announcer {
+	r.once.Do(func() { r.announce = &driverkit.Announcer{Recorder: r.Recorder} })
+	return r.announce
 }
 
 func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.started = r.now()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, indexServiceWaiting, func(o client.Object) []string {
-		if autoClaimSkip(o.(*corev1.Service)) != "" {
+		if autoClaimSkipAsked(o.(*corev1.Service)) != "" {
 			return nil
 		}
 		return []string{""}
@@ -44,51 +68,133 @@ func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("autoclaim").
 		For(&corev1.Service{}).
-		// Marking a class for auto-claim concerns the Services still waiting for an address.
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			if o.GetAnnotations()[ipamv1.AnnotationAutoClaimClass] != "true" {
-				return nil
-			}
-			var svcs corev1.ServiceList
-			if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceWaiting: ""}); err != nil {
-				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(svcs.Items))
-			for _, s := range svcs.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
-			}
-			return reqs
-		})).
+		// A claim made for a Service (its controller owner) concerns the Service of that name:
+		// when the claim of an earlier Service of the name goes, the new one gets its own.
+		Owns(&ipamv1.IPAddressClaim{}, builder.WithPredicates(claimOwnershipChanged())).
+		// Turning auto-claim on concerns the Services that could use it; other class updates
+		// do not.
+		Watches(&ipamv1.IPAddressClass{}, r.classMarked(), builder.WithPredicates(autoClaimTurnedOn())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// claimOwnershipChanged passes a claim's creation and deletion, and updates that start its
+// deletion or change its owners.
+func claimOwnershipChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return (e.ObjectOld.GetDeletionTimestamp() == nil) != (e.ObjectNew.GetDeletionTimestamp() == nil) ||
+				!ownersEqual(e.ObjectOld.GetOwnerReferences(), e.ObjectNew.GetOwnerReferences())
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func ownersEqual(a, b []metav1.OwnerReference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].UID != b[i].UID || (a[i].Controller == nil) != (b[i].Controller == nil) ||
+			(a[i].Controller != nil && *a[i].Controller != *b[i].Controller) {
+			return false
+		}
+	}
+	return true
+}
+
+// autoClaimTurnedOn passes a class created with the auto-claim mark and an update that adds
+// the mark.
+func autoClaimTurnedOn() predicate.Predicate {
+	marked := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimClass] == "true" }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return marked(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return !marked(e.ObjectOld) && marked(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// classMarked records when a class got the auto-claim mark and enqueues the Services that
+// could use it.
+func (r *AutoClaimReconciler) classMarked() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.waitingServices(ctx, nil) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.markedAt.Store(e.ObjectNew.GetName(), r.now())
+			enqueue(ctx, q)
+		},
+	}
+}
+
+// enabledAt is when auto-claim began to apply through class: the moment this process saw the
+// mark appear, or, for a class marked before this process started, the class's creation or
+// this process's start, whichever is later. A Service with an address created before then
+// keeps its address (see autoClaimSkip).
+func (r *AutoClaimReconciler) enabledAt(class *ipamv1.IPAddressClass) time.Time {
+	if t, ok := r.markedAt.Load(class.Name); ok {
+		return t.(time.Time)
+	}
+	if class.CreationTimestamp.Time.After(r.started) {
+		return class.CreationTimestamp.Time
+	}
+	return r.started
+}
+
+// waitingServices maps a newly marked auto-claim class to the Services that auto-claim could
+// serve (through the index).
+func (r *AutoClaimReconciler) waitingServices(ctx context.Context, _ client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceWaiting: ""}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the Services auto-claim could serve")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(svcs.Items))
+	for _, s := range svcs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
 }
 
 func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var svc corev1.Service
 	if err := r.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.announcer().Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if autoClaimSkip(&svc) != "" {
+	if autoClaimSkipAsked(&svc) != "" {
 		return reconcile.Result{}, nil
 	}
-	// The claim may exist already: made by auto-claim (for this Service, or kept from an
-	// earlier one when an admin removed its owner reference), or someone else's.
+	// The claim may exist already: made by auto-claim (for this Service; for an earlier
+	// Service of the same name, going with it; or kept when an admin removed its owner
+	// reference), or someone else's.
 	var existing ipamv1.IPAddressClaim
 	err := r.Client.Get(ctx, req.NamespacedName, &existing)
 	if err == nil {
-		if existing.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
-			r.said.warn(r.Recorder, &svc, "ClaimNameTaken",
-				"IPAddressClaim %s/%s exists and was not made by auto-claim; it is left alone. Name it with %s to use it, or set %s: \"false\"",
-				svc.Namespace, svc.Name, ipamv1.AnnotationServiceClaim, ipamv1.AnnotationAutoClaim)
-		}
-		return reconcile.Result{}, nil
+		return r.existingClaim(&svc, &existing), nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	class, err := r.classFor(ctx, &svc)
-	if err != nil || class == "" {
+	className, class, err := r.classFor(ctx, &svc)
+	if err != nil || className == "" {
 		return reconcile.Result{}, err
+	}
+	var enabled time.Time
+	if class != nil {
+		enabled = r.enabledAt(class)
+	}
+	if autoClaimSkip(&svc, enabled) != "" {
+		return reconcile.Result{}, nil
 	}
 	yes := true
 	claim := &ipamv1.IPAddressClaim{
@@ -100,37 +206,66 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 				APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: &yes,
 			}},
 		},
-		Spec: ipamv1.IPAddressClaimSpec{ClassName: class, Family: claimFamily(&svc)},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: className, Family: claimFamily(&svc)},
 	}
 	if err := r.Client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{Requeue: true}, nil
+			// Made a moment ago (by an earlier pass the cache does not show yet), or by someone
+			// else: look again once the cache has it.
+			return reconcile.Result{RequeueAfter: minRecheck}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	r.Recorder.Eventf(&svc, claim, corev1.EventTypeNormal, "AutoClaimCreated", "AutoClaim",
-		"created IPAddressClaim %s of class %s (%s); it is deleted with the Service, with its addresses", claim.Name, class, claim.Spec.Family)
+		"created IPAddressClaim %s of class %s (%s); it is deleted with the Service, with its addresses", claim.Name, className, claim.Spec.Family)
 	return reconcile.Result{}, nil
 }
 
+// existingClaim handles a Service whose name a claim already has.
+func (r *AutoClaimReconciler) existingClaim(svc *corev1.Service, existing *ipamv1.IPAddressClaim) reconcile.Result {
+	if existing.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+		r.announcer().Say(svc, nil, corev1.EventTypeWarning, "ClaimNameTaken", "AutoClaim",
+			fmt.Sprintf("IPAddressClaim %s/%s exists and was not made by auto-claim; it is left alone. Name it with %s to use it, or set %s: \"false\"",
+				svc.Namespace, svc.Name, ipamv1.AnnotationServiceClaim, ipamv1.AnnotationAutoClaim))
+		return reconcile.Result{}
+	}
+	r.announcer().Clear(svc, "ClaimNameTaken")
+	owner := metav1.GetControllerOf(existing)
+	if owner == nil || owner.UID == svc.UID {
+		// This Service's claim, or one an admin kept by removing its owner reference.
+		return reconcile.Result{}
+	}
+	// The claim of an earlier Service of this name, which the garbage collector deletes: its
+	// deletion brings the next pass (the Owns watch); until then, look again now and then.
+	return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(svc.CreationTimestamp.Time))}
+}
+
+func (r *AutoClaimReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
 // classFor picks the Service's class: its ip-address-class annotation, else the auto-claim class
-// (the newest when several are marked, with a warning). "" means auto-claim is off for it.
-func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service) (string, error) {
+// (the newest when several are marked, with a warning), which it also returns. "" means
+// auto-claim is off for the Service.
+func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service) (string, *ipamv1.IPAddressClass, error) {
 	if name := svc.Annotations[ipamv1.AnnotationServiceClass]; name != "" {
-		return name, nil
+		return name, nil, nil
 	}
 	var classes ipamv1.IPAddressClassList
 	if err := r.Client.List(ctx, &classes); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	chosen, others := pickMarkedClass(classes.Items, ipamv1.AnnotationAutoClaimClass)
 	if chosen == nil {
-		return "", nil
+		return "", nil, nil
 	}
 	if len(others) > 0 {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "MultipleAutoClaimClasses", "AutoClaim",
-			"several classes are marked for auto-claim (%s, %s); using %s, the newest. Unmark all but one.",
-			chosen.Name, strings.Join(others, ", "), chosen.Name)
+		r.announcer().Say(svc, nil, corev1.EventTypeWarning, "MultipleAutoClaimClasses", "AutoClaim",
+			fmt.Sprintf("several classes are marked for auto-claim (%s, %s); using %s, the newest. Unmark all but one.",
+				chosen.Name, strings.Join(others, ", "), chosen.Name))
 	}
-	return chosen.Name, nil
+	return chosen.Name, chosen.DeepCopy(), nil
 }

@@ -3,12 +3,16 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -40,8 +44,18 @@ func TestAutoClaimSkippedServicesCauseNoWrites(t *testing.T) {
 		return s
 	}
 	since := time.Now()
+	reconciledBefore := reconciles(t, "autoclaim")
 	const n = 1000
-	parallel(n, func(i int) error { return admin.Create(ctx, skipped(i)) })
+	if err := parallel(n, func(i int) error { return admin.Create(ctx, skipped(i)) }); err != nil {
+		t.Fatalf("creating the skipped Services: %v", err)
+	}
+	var created corev1.ServiceList
+	if err := admin.List(ctx, &created, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(created.Items) != n {
+		t.Fatalf("%d Services exist, want %d", len(created.Items), n)
+	}
 	newSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eligible"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}
 	create(t, newSvc)
@@ -50,7 +64,10 @@ func TestAutoClaimSkippedServicesCauseNoWrites(t *testing.T) {
 		err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "eligible"}, &c)
 		return err == nil, client.IgnoreNotFound(err)
 	})
-	time.Sleep(2 * time.Second)
+	// The core saw every Service: each one was reconciled (the Services of earlier tests too).
+	eventually(t, "the core to have reconciled every Service", func() (bool, error) {
+		return reconciles(t, "autoclaim")-reconciledBefore >= n+1, nil
+	})
 	var others []string
 	for _, w := range auditedWrites(t, coreUser, since) {
 		// The eligible Service's claim: its creation (a POST to the collection, counted by the
@@ -73,4 +90,231 @@ func TestAutoClaimSkippedServicesCauseNoWrites(t *testing.T) {
 	if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
 		t.Fatalf("%d claims in the namespace (%v), want only the eligible Service's", len(list.Items), err)
 	}
+}
+
+func lbService(ns, name string, annotations map[string]string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}
+}
+
+func claimOwner(t *testing.T, ns, name string) (types.UID, error) {
+	t.Helper()
+	var c ipamv1.IPAddressClaim
+	if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+		return "", err
+	}
+	if ref := metav1.GetControllerOf(&c); ref != nil {
+		return ref.UID, nil
+	}
+	return "", nil
+}
+
+// A Service deleted and created again under the same name gets a claim of its own once the
+// old Service's claim is gone (here the test deletes it, as the garbage collector would).
+func TestAutoClaimRecreatedServiceGetsItsOwnClaim(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newClass(t, "ac-recreate", noDriver)
+	ann := map[string]string{ipamv1.AnnotationServiceClass: "ac-recreate"}
+	old := lbService(ns, "web", ann)
+	create(t, old)
+	eventually(t, "the first Service's claim", func() (bool, error) {
+		uid, err := claimOwner(t, ns, "web")
+		return uid == old.UID, client.IgnoreNotFound(err)
+	})
+	del(t, old)
+	waitGone(t, old)
+	before := reconciles(t, "autoclaim")
+	again := lbService(ns, "web", ann)
+	create(t, again)
+	// The core looks at the new Service while the old claim still exists.
+	eventually(t, "a pass over the new Service", func() (bool, error) {
+		return reconciles(t, "autoclaim") > before, nil
+	})
+	var oldClaim ipamv1.IPAddressClaim
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &oldClaim); err != nil {
+		t.Fatal(err)
+	}
+	del(t, &oldClaim)
+	eventually(t, "a claim owned by the new Service", func() (bool, error) {
+		uid, err := claimOwner(t, ns, "web")
+		return uid == again.UID, client.IgnoreNotFound(err)
+	})
+}
+
+// MetalLB may give a new Service an address from an auto-assign pool before auto-claim acts:
+// that does not make it skip the Service. A Service that had its address before auto-claim was
+// enabled keeps it.
+func TestAutoClaimIsNotSkippedForAnAddressWonInARace(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	optOut := map[string]string{ipamv1.AnnotationAutoClaim: "false"}
+	// The Services get their address while opted out, as if MetalLB had been faster than the
+	// core; then the opt-out goes and the core first looks at them with an address.
+	withAddress := func(svc *corev1.Service, ip string) {
+		t.Helper()
+		create(t, svc)
+		t.Cleanup(func() { del(t, svc) })
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if err := admin.Status().Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	optIn := func(svc *corev1.Service) {
+		t.Helper()
+		if err := admin.Patch(ctx, svc, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+ipamv1.AnnotationAutoClaim+`":null}}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	legacy := lbService(ns, "legacy", maps.Clone(optOut))
+	withAddress(legacy, "198.51.100.250")
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
+
+	cls := newClass(t, "ac-race", noDriver, func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	})
+	t.Cleanup(func() { del(t, cls) })
+	time.Sleep(1100 * time.Millisecond)
+	raced := lbService(ns, "raced", maps.Clone(optOut))
+	withAddress(raced, "198.51.100.251")
+	guestAnn := maps.Clone(optOut)
+	guestAnn[ipamv1.AnnotationServiceClass] = "ac-race"
+	guest := lbService(ns, "guest", guestAnn)
+	withAddress(guest, "198.51.100.252")
+	for _, svc := range []*corev1.Service{legacy, raced, guest} {
+		optIn(svc)
+	}
+
+	for _, name := range []string{"raced", "guest"} {
+		eventually(t, "a claim for "+name, func() (bool, error) {
+			_, err := claimOwner(t, ns, name)
+			return err == nil, client.IgnoreNotFound(err)
+		})
+	}
+	consistently(t, "no claim for the Service that had its address first", 2*time.Second, func() (bool, error) {
+		_, err := claimOwner(t, ns, "legacy")
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// refuseClaims makes the apiserver refuse every claim created in ns (an admission policy), so
+// that auto-claim's passes over a Service there repeat.
+func refuseClaims(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-claims-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{ipamv1.GroupVersion.Group},
+						APIVersions: []string{ipamv1.GroupVersion.Version}, Resources: []string{"ipaddressclaims"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "claims are refused in this namespace (test)"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}
+	create(t, policy)
+	create(t, binding)
+	t.Cleanup(func() { del(t, binding); del(t, policy) })
+	eventually(t, "the policy to refuse claims", func() (bool, error) {
+		probe := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-"}}
+		err := admin.Create(ctx, probe)
+		if err == nil {
+			del(t, probe)
+			return false, nil
+		}
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), nil
+	})
+}
+
+// Several auto-claim classes: the Service hears about it once, however many passes see it
+// (here the claim cannot be created, so the passes repeat).
+func TestMultipleAutoClaimClassesIsSaidOnce(t *testing.T) {
+	ns := newNamespace(t)
+	refuseClaims(t, ns)
+	mark := func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	}
+	a := newClass(t, "ac-twin-a", noDriver, mark)
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
+	b := newClass(t, "ac-twin-b", noDriver, mark)
+	t.Cleanup(func() { del(t, a); del(t, b) })
+	before := reconciles(t, "autoclaim")
+	svc := lbService(ns, "twin", nil)
+	create(t, svc)
+	t.Cleanup(func() { del(t, svc) })
+	waitEvent(t, ns, "twin", "MultipleAutoClaimClasses")
+	eventually(t, "several passes over the Service", func() (bool, error) {
+		return reconciles(t, "autoclaim")-before >= 3, nil
+	})
+	consistently(t, "MultipleAutoClaimClasses to be said once", 2*time.Second, func() (bool, error) {
+		if n := timesSaidFor(t, ns, "twin", "MultipleAutoClaimClasses"); n != 1 {
+			return false, fmt.Errorf("said %d times", n)
+		}
+		return true, nil
+	})
+}
+
+// Updating an auto-claim class in ways that do not turn auto-claim on costs no pass over the
+// Services waiting for an address.
+func TestAutoClaimClassUpdateDoesNotWakeEveryService(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cls := newClass(t, "ac-busy", noDriver, func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	})
+	const n = 50
+	if err := parallel(n, func(i int) error { return admin.Create(ctx, lbService(ns, fmt.Sprintf("s%d", i), nil)) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var svcs corev1.ServiceList
+		_ = admin.List(context.Background(), &svcs, client.InNamespace(ns))
+		for i := range svcs.Items {
+			del(t, &svcs.Items[i])
+		}
+		var claims ipamv1.IPAddressClaimList
+		_ = admin.List(context.Background(), &claims, client.InNamespace(ns))
+		for i := range claims.Items {
+			del(t, &claims.Items[i])
+		}
+		del(t, cls)
+	})
+	eventually(t, "a claim for every Service", func() (bool, error) {
+		var claims ipamv1.IPAddressClaimList
+		err := admin.List(ctx, &claims, client.InNamespace(ns))
+		return len(claims.Items) == n, err
+	})
+	before := reconciles(t, "autoclaim")
+	for i := range 5 {
+		var cur ipamv1.IPAddressClass
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(cls), &cur); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(cur.DeepCopy())
+		cur.Labels = map[string]string{"touch": fmt.Sprint(i)}
+		if err := admin.Patch(ctx, &cur, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consistently(t, "class updates not to wake the waiting Services", 2*time.Second, func() (bool, error) {
+		if got := reconciles(t, "autoclaim") - before; got >= n {
+			return false, fmt.Errorf("%d Service passes after 5 class updates", got)
+		}
+		return true, nil
+	})
 }

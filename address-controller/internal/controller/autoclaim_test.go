@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,41 +30,44 @@ func TestAutoClaimSkipRules(t *testing.T) {
 		{"opted out", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationAutoClaim] = "false" }), true},
 		{"loadBalancerClass", lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = &class }), true},
 		{"loadBalancerIP", lb(func(s *corev1.Service) { s.Spec.LoadBalancerIP = "203.0.113.1" }), true},
-		{"address in status", lb(func(s *corev1.Service) {
+		{"address in status, no class known", lb(func(s *corev1.Service) {
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}
-		}), true},
+		}), false},
 		{"MetalLB pool", lb(func(s *corev1.Service) { s.Annotations["metallb.io/address-pool"] = "p" }), true},
 		{"MetalLB pin, legacy prefix", lb(func(s *corev1.Service) { s.Annotations["metallb.universe.tf/loadBalancerIPs"] = "x" }), true},
 		{"MetalLB sharing", lb(func(s *corev1.Service) { s.Annotations["metallb.io/allow-shared-ip"] = "k" }), true},
 	} {
-		if got := autoClaimSkip(tc.svc) != ""; got != tc.skip {
-			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc), tc.skip)
+		if got := autoClaimSkip(tc.svc, time.Time{}) != ""; got != tc.skip {
+			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, time.Time{}), tc.skip)
 		}
 	}
 }
 
-func TestClaimFamily(t *testing.T) {
-	for fams, want := range map[string]ipamv1.IPFamily{"": ipamv1.IPv4, "IPv4": ipamv1.IPv4, "IPv6": ipamv1.IPv6, "IPv6,IPv4": ipamv1.Dual} {
-		svc := &corev1.Service{}
-		if fams != "" {
-			for _, f := range splitComma(fams) {
-				svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, corev1.IPFamily(f))
-			}
+// An address in status skips a Service only when it predates auto-claim being enabled: a newer
+// Service's address came from a race with MetalLB, and a Service naming its class asked.
+func TestAutoClaimSkipForAnAddress(t *testing.T) {
+	svc := func(created time.Time, withAddress bool) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+		if withAddress {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.9"}}
 		}
-		if got := claimFamily(svc); got != want {
-			t.Errorf("claimFamily(%s) = %s, want %s", fams, got, want)
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		svc     *corev1.Service
+		enabled time.Time
+		skip    bool
+	}{
+		{"older Service with an address", svc(t0.Add(-time.Hour), true), t0, true},
+		{"older Service without an address", svc(t0.Add(-time.Hour), false), t0, false},
+		{"newer Service that won an address in a race", svc(t0.Add(time.Second), true), t0, false},
+		{"created in the second auto-claim was enabled", svc(t0, true), t0.Add(300 * time.Millisecond), false},
+		{"Service naming its class (no enabling time)", svc(t0.Add(-time.Hour), true), time.Time{}, false},
+	} {
+		if got := autoClaimSkip(tc.svc, tc.enabled) != ""; got != tc.skip {
+			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, tc.enabled), tc.skip)
 		}
 	}
-}
-
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return out
 }

@@ -41,7 +41,7 @@ func BenchmarkBindPreProvisioned(b *testing.B) {
 		baseNS := ns + "-base"
 		setupBench(b, baseNS, "", 0, 0)
 		start := time.Now()
-		parallel(n, func(j int) error {
+		parallelB(b, n, func(j int) error {
 			c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: baseNS, Name: fmt.Sprintf("c%d", j)},
 				Spec: ipamv1.IPAddressClaimSpec{ClassName: "bench-baseline-none"}}
 			if err := admin.Create(ctx, c); err != nil {
@@ -59,7 +59,7 @@ func BenchmarkBindPreProvisioned(b *testing.B) {
 		// The core.
 		b.StartTimer()
 		start = time.Now()
-		parallel(n, func(j int) error { return admin.Create(ctx, claims[j]) })
+		parallelB(b, n, func(j int) error { return admin.Create(ctx, claims[j]) })
 		deadline := time.Now().Add(2 * time.Minute)
 		for _, c := range claims {
 			for {
@@ -110,8 +110,11 @@ func setupBench(b *testing.B, ns, class string, n int, block uint8) {
 	})
 }
 
-func parallel(n int, f func(int) error) {
+// parallel runs f for 0..n-1 on 16 goroutines and returns the first error.
+func parallel(n int, f func(int) error) error {
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
 	sem := make(chan struct{}, 16)
 	for j := 0; j < n; j++ {
 		wg.Add(1)
@@ -119,26 +122,21 @@ func parallel(n int, f func(int) error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_ = f(j)
+			if err := f(j); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
+	return first
 }
 
 func parallelB(b *testing.B, n int, f func(int) error) {
-	var mu sync.Mutex
-	var first error
-	parallel(n, func(j int) error {
-		if err := f(j); err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-		}
-		return nil
-	})
-	if first != nil {
-		b.Fatal(first)
+	if err := parallel(n, f); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,23 +19,34 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 )
 
 // ClaimReconciler binds claims to addresses and releases them when claims go.
 type ClaimReconciler struct {
 	Client   client.Client
-	Reader   client.Reader // uncached, for the rare reads that must not be stale
+	Reader   client.Reader // uncached: what a bind or a release decides from
 	Recorder events.EventRecorder
 	Metrics  *Metrics
 	Workers  int
 	Now      func() time.Time
+
+	// announce says lasting warnings (several default classes) once per claim.
+	announce *driverkit.Announcer
+	once     sync.Once
+}
+
+func (r *ClaimReconciler) announcer() *driverkit.Announcer {
+	r.once.Do(func() { r.announce = &driverkit.Announcer{Recorder: r.Recorder} })
+	return r.announce
 }
 
 func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -42,10 +55,37 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			predicate.LabelChangedPredicate{}, deletionPredicate()))).
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress)).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress),
+			builder.WithPredicates(addressChangedForClaims())).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// addressChangedForClaims passes the address events a claim decides on: creation, deletion,
+// and updates of the binding, the deletion mark, or the driver's Lost and Conflict conditions.
+// The driver's attachment and Held writes do not concern the claim.
+func addressChangedForClaims() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			before, ok1 := e.ObjectOld.(*ipamv1.IPAddress)
+			after, ok2 := e.ObjectNew.(*ipamv1.IPAddress)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !equality.Semantic.DeepEqual(before.Spec.ClaimRef, after.Spec.ClaimRef) ||
+				(before.DeletionTimestamp == nil) != (after.DeletionTimestamp == nil) ||
+				conditionStatus(before, ipamv1.ConditionLost) != conditionStatus(after, ipamv1.ConditionLost) ||
+				conditionStatus(before, ipamv1.ConditionConflict) != conditionStatus(after, ipamv1.ConditionConflict)
+		},
+	}
+}
+
+func conditionStatus(a *ipamv1.IPAddress, condition string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(a.Status.Conditions, condition); c != nil {
+		return c.Status
+	}
+	return ""
 }
 
 // claimsOfAddress maps an address to the claim it is bound to or, when it is unbound, to the
@@ -82,20 +122,79 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var claim ipamv1.IPAddressClaim
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.announcer().Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if claim.DeletionTimestamp != nil {
+		return reconcile.Result{}, r.finalize(ctx, &claim)
+	}
+	if err := ensureFinalizer(ctx, r.Client, &claim, ipamv1.FinalizerClaim); err != nil {
+		return reconcile.Result{}, err
 	}
 	var refs ipamv1.IPAddressList
 	if err := r.Client.List(ctx, &refs, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
-	if claim.DeletionTimestamp != nil {
-		return reconcile.Result{}, r.finalize(ctx, &claim, refs.Items)
-	}
-	if err := ensureFinalizer(ctx, r.Client, &claim, ipamv1.FinalizerClaim); err != nil {
-		return reconcile.Result{}, err
-	}
-
 	sorted := sortClaimAddresses(&claim, refs.Items)
+
+	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
+	// waiting for its own addresses instead of silently taking new ones. A bind is decided on
+	// the apiserver's view, read once per pass before the first bind: the cache may not show
+	// yet what an earlier pass (or a driver) wrote, and two binds for one family would flip
+	// the claim's addresses.
+	var wait *waiting
+	className := claim.Status.ClassName
+	fresh := false
+	for _, fam := range claim.Spec.Family.Families() {
+		if sorted.kept[fam] != nil || !mayBind(&claim) {
+			continue
+		}
+		plan, err := r.planFamily(ctx, &claim, fam)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if plan.class != "" {
+			className = plan.class
+		}
+		if len(plan.candidates) > 0 && !fresh {
+			fresh = true
+			ok, err := r.refresh(ctx, &claim, &sorted)
+			if err != nil || !ok {
+				return reconcile.Result{}, err
+			}
+			if claim.Status.ClassName != "" {
+				className = claim.Status.ClassName
+			}
+			if sorted.kept[fam] != nil || !mayBind(&claim) {
+				continue
+			}
+		}
+		bound, err := r.bindFirst(ctx, &claim, plan.candidates)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if bound != nil {
+			sorted.kept[fam] = bound
+			continue
+		}
+		w := plan.wait
+		if w == nil && plan.provisioner != "" {
+			// Nothing to bind: the driver must provision.
+			if err := r.stampProvisioner(ctx, &claim, plan.provisioner); err != nil {
+				return reconcile.Result{}, err
+			}
+			w = &waiting{ipamv1.ReasonWaitingForAddress,
+				fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", plan.provisioner, fam, plan.class)}
+		}
+		if w == nil && plan.named != "" {
+			w = &waiting{ipamv1.ReasonWaitingForAddress, "retrying the bind of " + plan.named}
+		}
+		if wait == nil {
+			wait = w
+		}
+	}
 	for _, a := range sorted.needUID {
 		if err := r.completeUID(ctx, &claim, a); err != nil {
 			return reconcile.Result{}, err
@@ -106,74 +205,119 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 			return reconcile.Result{}, err
 		}
 	}
-
-	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
-	// waiting for its own addresses instead of silently taking new ones.
-	var wait *waiting
-	className := claim.Status.ClassName
-	if claim.Status.Phase != ipamv1.ClaimBound && claim.Status.Phase != ipamv1.ClaimLost {
-		for _, fam := range claim.Spec.Family.Families() {
-			if sorted.kept[fam] != nil {
-				continue
-			}
-			bound, cls, w, err := r.bindFamily(ctx, &claim, fam)
-			if err != nil {
-				return reconcile.Result{}, err
-			}
-			if cls != "" {
-				className = cls
-			}
-			if bound != nil {
-				sorted.kept[fam] = bound
-				continue
-			}
-			if wait == nil {
-				wait = w
-			}
-		}
+	if err := r.updateStatus(ctx, &claim, className, sorted.kept, wait); err != nil {
+		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.updateStatus(ctx, &claim, className, sorted.kept, wait)
+	// Nothing waits on an event alone: a claim still waiting is looked at again.
+	if claim.Status.Phase != ipamv1.ClaimBound {
+		since := claim.CreationTimestamp.Time
+		if cond := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionBound); cond != nil {
+			since = cond.LastTransitionTime.Time
+		}
+		return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(since))}, nil
+	}
+	return reconcile.Result{}, nil
 }
 
-// bindFamily binds one family of a claim: the address named by spec.addressName, or an
-// Available address of the class; otherwise it asks the class's driver to provision one. It
-// returns the bound address (nil when none), the resolved class name and, when nothing was
-// bound, why.
-func (r *ClaimReconciler) bindFamily(ctx context.Context, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily) (*ipamv1.IPAddress, string, *waiting, error) {
+// mayBind: a claim takes new addresses only until it is first Bound.
+func mayBind(claim *ipamv1.IPAddressClaim) bool {
+	return claim.Status.Phase != ipamv1.ClaimBound && claim.Status.Phase != ipamv1.ClaimLost
+}
+
+// refresh replaces the cached claim and its addresses with the apiserver's. It reports false
+// when the claim is gone or being deleted (a later pass releases it).
+func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses) (bool, error) {
+	var live ipamv1.IPAddressClaim
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), &live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if live.DeletionTimestamp != nil || live.UID != claim.UID {
+		return false, nil
+	}
+	addrs, err := liveAddressesOf(ctx, r.Reader, &live)
+	if err != nil {
+		return false, err
+	}
+	*claim = live
+	*sorted = sortClaimAddresses(claim, addrs)
+	return true, nil
+}
+
+// liveAddressesOf lists, uncached, the addresses whose claimRef names the claim (through the
+// CRD's selectable claimRef fields, so the apiserver filters them).
+func liveAddressesOf(ctx context.Context, reader client.Reader, claim *ipamv1.IPAddressClaim) ([]ipamv1.IPAddress, error) {
+	var list ipamv1.IPAddressList
+	err := reader.List(ctx, &list, client.MatchingFields{
+		"spec.claimRef.namespace": claim.Namespace, "spec.claimRef.name": claim.Name,
+	})
+	if apierrors.IsBadRequest(err) {
+		// An apiserver without selectable CRD fields (before Kubernetes 1.31): filter here.
+		list = ipamv1.IPAddressList{}
+		err = reader.List(ctx, &list)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := list.Items[:0]
+	for _, a := range list.Items {
+		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// familyPlan is how one missing family of a claim may be bound.
+type familyPlan struct {
+	// class is the class the claim resolved to ("" when unresolved).
+	class string
+	// candidates to bind, in order: the named address, or the Available ones of the class.
+	candidates []*ipamv1.IPAddress
+	// named is the address spec.addressName names.
+	named string
+	// provisioner is the driver to ask when no candidate binds ("" for a named address).
+	provisioner string
+	// wait is why nothing can be bound now (nil when candidates or the driver may serve).
+	wait *waiting
+}
+
+// planFamily finds, from the cache, what one missing family of a claim can bind: the address
+// named by spec.addressName, or the Available addresses of the claim's class; otherwise the
+// driver to ask, or why the claim waits. It writes nothing.
+func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily) (familyPlan, error) {
 	var named *ipamv1.IPAddress
 	if claim.Spec.AddressName != "" {
 		named = &ipamv1.IPAddress{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.AddressName}, named); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, "", &waiting{ipamv1.ReasonAddressNotFound,
-					fmt.Sprintf("IPAddress %s does not exist; create it, or recreate the claim without addressName", claim.Spec.AddressName)}, nil
+				return familyPlan{wait: &waiting{ipamv1.ReasonAddressNotFound,
+					fmt.Sprintf("IPAddress %s does not exist; create it, or recreate the claim without addressName", claim.Spec.AddressName)}}, nil
 			}
-			return nil, "", nil, err
+			return familyPlan{}, err
 		}
 	}
 	class, w, err := r.resolveClass(ctx, claim, named)
 	if err != nil || class == nil {
-		return nil, "", w, err
+		return familyPlan{wait: w}, err
 	}
+	plan := familyPlan{class: class.Name}
 	if cond := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted); cond != nil && cond.Status == metav1.ConditionFalse {
-		return nil, class.Name, &waiting{ipamv1.ReasonClassNotAccepted,
-			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}, nil
+		plan.wait = &waiting{ipamv1.ReasonClassNotAccepted,
+			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}
+		return plan, nil
 	}
-
 	if named != nil {
+		plan.named = named.Name
 		if w := checkNamedAddress(claim, named, class.Name, fam); w != nil {
-			return nil, class.Name, w, nil
+			plan.wait = w
+			return plan, nil
 		}
-		bound, err := r.bind(ctx, claim, named)
-		if err != nil || bound == nil {
-			return nil, class.Name, &waiting{ipamv1.ReasonWaitingForAddress, "retrying the bind of " + named.Name}, err
-		}
-		return bound, class.Name, nil, nil
+		plan.candidates = []*ipamv1.IPAddress{named}
+		return plan, nil
 	}
-
 	var candidates ipamv1.IPAddressList
 	if err := r.Client.List(ctx, &candidates, client.MatchingFields{index.AddressBindable: index.BindableKey(class.Name, fam)}); err != nil {
-		return nil, "", nil, err
+		return familyPlan{}, err
 	}
 	orderAddresses(candidates.Items)
 	for i := range candidates.Items {
@@ -182,25 +326,37 @@ func (r *ClaimReconciler) bindFamily(ctx context.Context, claim *ipamv1.IPAddres
 			meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict) {
 			continue
 		}
-		bound, err := r.bind(ctx, claim, a)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		if bound != nil {
-			return bound, class.Name, nil, nil
-		}
+		plan.candidates = append(plan.candidates, a)
 	}
+	plan.provisioner = class.Spec.Provisioner
+	return plan, nil
+}
 
-	// Nothing to bind: the driver must provision.
-	if claim.Annotations[ipamv1.AnnotationProvisioner] != class.Spec.Provisioner {
-		patch := client.MergeFrom(claim.DeepCopy())
-		metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, class.Spec.Provisioner)
-		if err := r.Client.Patch(ctx, claim, patch); err != nil {
-			return nil, "", nil, err
+// bindFirst binds the first candidate that can still be bound (nil when another writer won
+// every one).
+func (r *ClaimReconciler) bindFirst(ctx context.Context, claim *ipamv1.IPAddressClaim, candidates []*ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
+	for _, a := range candidates {
+		// A named address may still name this claim's namespace/name from an earlier claim of
+		// the same name (Released): the new claim takes it back.
+		if ref := a.Spec.ClaimRef; ref != nil && (ref.Namespace != claim.Namespace || ref.Name != claim.Name) {
+			continue
+		}
+		bound, err := r.bind(ctx, claim, a)
+		if err != nil || bound != nil {
+			return bound, err
 		}
 	}
-	return nil, class.Name, &waiting{ipamv1.ReasonWaitingForAddress,
-		fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", class.Spec.Provisioner, fam, class.Name)}, nil
+	return nil, nil
+}
+
+// stampProvisioner writes the annotation that asks a driver to provision for the claim.
+func (r *ClaimReconciler) stampProvisioner(ctx context.Context, claim *ipamv1.IPAddressClaim, provisioner string) error {
+	if claim.Annotations[ipamv1.AnnotationProvisioner] == provisioner {
+		return nil
+	}
+	patch := client.MergeFrom(claim.DeepCopy())
+	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, provisioner)
+	return r.Client.Patch(ctx, claim, patch)
 }
 
 // checkNamedAddress says why the address a claim names cannot be bound to it, or nil.
@@ -241,9 +397,9 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 				"the claim names no class and no IPAddressClass is marked " + ipamv1.AnnotationDefaultClass + `: "true"`}, nil
 		}
 		if len(others) > 0 {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MultipleDefaultClasses", "ResolveClass",
-				"several classes are marked default (%s, %s); using %s, the newest. Unmark all but one.",
-				def.Name, strings.Join(others, ", "), def.Name)
+			r.announcer().Say(claim, nil, corev1.EventTypeWarning, "MultipleDefaultClasses", "ResolveClass",
+				fmt.Sprintf("several classes are marked default (%s, %s); using %s, the newest. Unmark all but one.",
+					def.Name, strings.Join(others, ", "), def.Name))
 		}
 		return def, nil, nil
 	}
@@ -313,7 +469,10 @@ func (r *ClaimReconciler) updateStatus(ctx context.Context, claim *ipamv1.IPAddr
 	if equalClaimStatus(&orig.Status, &claim.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+	// Guarded by resourceVersion: a pass that read an older claim must not write over what a
+	// newer pass wrote (it retries on the newer claim instead), and so each transition, and
+	// the bind metric, is counted once.
+	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	r.claimTransition(orig, claim)
@@ -348,43 +507,40 @@ func (r *ClaimReconciler) now() time.Time {
 	return time.Now()
 }
 
-// finalize releases a deleted claim's addresses: under Delete (or for a claim auto-claim made
-// for a Service) the address is deleted, otherwise it is marked Released. Then the finalizer
-// goes.
-func (r *ClaimReconciler) finalize(ctx context.Context, claim *ipamv1.IPAddressClaim, refs []ipamv1.IPAddress) error {
+// finalize releases a deleted claim's addresses, read from the apiserver so that one a driver
+// bound a moment ago is not missed: reclaimAction deletes an address (Delete policy, or a claim
+// auto-claim made) or leaves it for the address controller to mark Released once the claim is
+// gone. Then the finalizer goes.
+func (r *ClaimReconciler) finalize(ctx context.Context, claim *ipamv1.IPAddressClaim) error {
 	if !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim) {
 		return nil
 	}
-	sorted := sortClaimAddresses(claim, refs)
-	owned := ownedByService(claim)
+	addrs, err := liveAddressesOf(ctx, r.Reader, claim)
+	if err != nil {
+		return err
+	}
+	sorted := sortClaimAddresses(claim, addrs)
+	all := sorted.surplus
 	for _, a := range sorted.kept {
-		if a.Spec.ReclaimPolicy == ipamv1.ReclaimDelete || owned {
-			if err := r.Client.Delete(ctx, a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
-				return err
+		all = append(all, a)
+	}
+	for _, a := range all {
+		var class *ipamv1.IPAddressClass
+		if a.Spec.ReclaimPolicy == "" {
+			class = &ipamv1.IPAddressClass{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, class); err != nil {
+				class = nil
 			}
-			r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "AddressDeleted", "Release",
-				"deleted IPAddress %s (%s): the claim is gone and the address is not retained", a.Name, a.Spec.Address)
+		}
+		if reclaimAction(a, claim, class) != reclaimDelete || a.DeletionTimestamp != nil {
 			continue
 		}
-		if a.Status.Phase == ipamv1.AddressReleased && a.Status.ReleasedAt != nil {
-			continue
-		}
-		patch := client.MergeFrom(a.DeepCopy())
-		now := metav1.NewTime(r.now().Truncate(time.Second))
-		a.Status.Phase, a.Status.ReleasedAt = ipamv1.AddressReleased, &now
-		if err := r.Client.Status().Patch(ctx, a, patch); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Delete(ctx, a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+		r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "AddressDeleted", "Release",
+			"deleted IPAddress %s (%s): the claim is gone and the address is not retained", a.Name, a.Spec.Address)
 	}
+	r.announcer().Forget(client.ObjectKeyFromObject(claim))
 	return removeFinalizer(ctx, r.Client, claim, ipamv1.FinalizerClaim)
-}
-
-// ownedByService: auto-claim made this claim for a Service (its controller), so its addresses
-// go with the Service whatever the reclaim policy.
-func ownedByService(claim *ipamv1.IPAddressClaim) bool {
-	if claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
-		return false
-	}
-	ref := metav1.GetControllerOf(claim)
-	return ref != nil && ref.Kind == "Service" && ref.APIVersion == "v1"
 }

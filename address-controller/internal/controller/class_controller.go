@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 )
 
@@ -27,9 +30,15 @@ type ClassReconciler struct {
 	Recorder events.EventRecorder
 	Workers  int
 
-	// inUse remembers the last ClassInUse report per class, so the event is emitted when the
-	// set of holding addresses changes, not on every pass.
-	inUse sync.Map
+	// announce reports ClassInUse when the set of holding addresses changes, not on every
+	// pass.
+	announce *driverkit.Announcer
+	once     sync.Once
+}
+
+func (r *ClassReconciler) announcer() *driverkit.Announcer {
+	r.once.Do(func() { r.announce = &driverkit.Announcer{Recorder: r.Recorder} })
+	return r.announce
 }
 
 func (r *ClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -61,7 +70,9 @@ func (r *ClassReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 func (r *ClassReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var class ipamv1.IPAddressClass
 	if err := r.Client.Get(ctx, req.NamespacedName, &class); err != nil {
-		r.inUse.Delete(req.Name)
+		if apierrors.IsNotFound(err) {
+			r.announcer().Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if class.DeletionTimestamp == nil {
@@ -72,7 +83,7 @@ func (r *ClassReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	if len(addrs.Items) == 0 {
-		r.inUse.Delete(class.Name)
+		r.announcer().Forget(req.NamespacedName)
 		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &class, ipamv1.FinalizerClass)
 	}
 	names := make([]string, 0, len(addrs.Items))
@@ -80,12 +91,9 @@ func (r *ClassReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		names = append(names, a.Name)
 	}
 	summary := summarizeNames(names, 5)
-	if prev, ok := r.inUse.Load(class.Name); !ok || prev.(string) != summary {
-		r.inUse.Store(class.Name, summary)
-		r.Recorder.Eventf(&class, nil, corev1.EventTypeWarning, "ClassInUse", "Delete",
-			"deletion waits for %d IPAddress objects of this class: %s. Delete their claims and the remaining addresses first",
-			len(names), summary)
-	}
+	r.announcer().Say(&class, nil, corev1.EventTypeWarning, "ClassInUse", "Delete",
+		fmt.Sprintf("deletion waits for %d IPAddress objects of this class: %s. Delete their claims and the remaining addresses first",
+			len(names), summary))
 	// The watch on addresses brings the next pass; this is a safety net against a missed event.
-	return reconcile.Result{RequeueAfter: 5 * time.Minute}, nil
+	return reconcile.Result{RequeueAfter: recheckAfter(time.Since(class.DeletionTimestamp.Time))}, nil
 }

@@ -230,8 +230,10 @@ func decideAddress(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Dur
 		}
 		return d
 	}
-	// The claim is gone.
-	if a.Spec.ReclaimPolicy == ipamv1.ReclaimDelete {
+	// The claim is gone, unseen by the claim controller (its finalizer was removed by hand, or
+	// a driver pre-bound the address after the claim's release): the reclaim rule applies to
+	// what is known of it now.
+	if reclaimAction(a, nil, nil) == reclaimDelete {
 		d.delete = true
 		return d
 	}
@@ -249,6 +251,59 @@ func decideAddress(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Dur
 		}
 	}
 	return d
+}
+
+// reclaim is what becomes of an address when the claim bound to it goes.
+type reclaim int
+
+const (
+	// reclaimRelease keeps the address, Released, with its claimRef (the address controller
+	// marks it once the claim is gone).
+	reclaimRelease reclaim = iota
+	// reclaimDelete deletes the address; its driver returns the IP.
+	reclaimDelete
+)
+
+// reclaimAction decides, for both release paths (the claim's finalizer, and the address
+// controller's safety net for a claim that vanished unseen), what becomes of an address whose
+// claim goes. A claim auto-claim made for a Service takes its addresses with it whatever the
+// policy; otherwise the address's reclaimPolicy (copied from its class at provisioning, the
+// class's when the address has none) decides. claim and class may be nil when gone.
+func reclaimAction(a *ipamv1.IPAddress, claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass) reclaim {
+	if claim != nil && ownedByService(claim) {
+		return reclaimDelete
+	}
+	policy := a.Spec.ReclaimPolicy
+	if policy == "" && class != nil {
+		policy = class.Spec.ReclaimPolicy
+	}
+	if policy == ipamv1.ReclaimDelete {
+		return reclaimDelete
+	}
+	return reclaimRelease
+}
+
+// ownedByService: auto-claim made this claim for a Service (its controller), so its addresses
+// go with the Service whatever the reclaim policy.
+func ownedByService(claim *ipamv1.IPAddressClaim) bool {
+	if claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+		return false
+	}
+	ref := metav1.GetControllerOf(claim)
+	return ref != nil && ref.Kind == "Service" && ref.APIVersion == "v1"
+}
+
+// Bounds of the re-check of an object left waiting (DESIGN §5a): a lost event or a stalled
+// apiserver delays it at most this much.
+const (
+	minRecheck = time.Second
+	maxRecheck = time.Minute
+)
+
+// recheckAfter is when to look again at an object that has been waiting for waited: about as
+// long again (so the checks back off exponentially), between one second and one minute.
+func recheckAfter(waited time.Duration) time.Duration {
+	return min(max(waited, minRecheck), maxRecheck)
 }
 
 // summarizeNames lists the first few names and a count of the rest, for events.

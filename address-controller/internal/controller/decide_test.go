@@ -178,3 +178,55 @@ func TestSummarizeNames(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestReclaimAction(t *testing.T) {
+	yes := true
+	plain := &ipamv1.IPAddressClaim{}
+	auto := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{
+		Annotations:     map[string]string{ipamv1.AnnotationAutoClaim: "true"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "s", Controller: &yes}},
+	}}
+	unowned := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{
+		Annotations: map[string]string{ipamv1.AnnotationAutoClaim: "true"},
+	}}
+	mk := func(policy ipamv1.ReclaimPolicy) *ipamv1.IPAddress {
+		a := addr("a", "203.0.113.1", t0, nil)
+		a.Spec.ReclaimPolicy = policy
+		return &a
+	}
+	deleteClass := &ipamv1.IPAddressClass{Spec: ipamv1.IPAddressClassSpec{ReclaimPolicy: ipamv1.ReclaimDelete}}
+	for _, tc := range []struct {
+		name  string
+		a     *ipamv1.IPAddress
+		claim *ipamv1.IPAddressClaim
+		class *ipamv1.IPAddressClass
+		want  reclaim
+	}{
+		{"Retain", mk(ipamv1.ReclaimRetain), plain, nil, reclaimRelease},
+		{"Delete", mk(ipamv1.ReclaimDelete), plain, nil, reclaimDelete},
+		{"auto-claim under Retain", mk(ipamv1.ReclaimRetain), auto, nil, reclaimDelete},
+		{"auto-claim whose owner reference was removed keeps Retain", mk(ipamv1.ReclaimRetain), unowned, nil, reclaimRelease},
+		{"claim gone, Retain", mk(ipamv1.ReclaimRetain), nil, nil, reclaimRelease},
+		{"claim gone, Delete", mk(ipamv1.ReclaimDelete), nil, nil, reclaimDelete},
+		{"no policy on the address: the class's", mk(""), plain, deleteClass, reclaimDelete},
+		{"no policy anywhere: Retain", mk(""), plain, nil, reclaimRelease},
+	} {
+		if got := reclaimAction(tc.a, tc.claim, tc.class); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRecheckAfter(t *testing.T) {
+	for _, tc := range []struct{ waited, want time.Duration }{
+		{0, time.Second},
+		{-time.Minute, time.Second}, // clock skew
+		{1500 * time.Millisecond, 1500 * time.Millisecond},
+		{20 * time.Second, 20 * time.Second},
+		{time.Hour, time.Minute},
+	} {
+		if got := recheckAfter(tc.waited); got != tc.want {
+			t.Errorf("recheckAfter(%s) = %s, want %s", tc.waited, got, tc.want)
+		}
+	}
+}

@@ -2,11 +2,7 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/events"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,8 +59,9 @@ func deletionPredicate() predicate.Predicate {
 	}
 }
 
-// equalClaimStatus compares statuses ignoring condition transition times, which
-// SetStatusCondition preserves anyway when nothing else changed.
+// equalClaimStatus compares two statuses field by field, condition transition times included:
+// a pass that changes nothing leaves them equal because meta.SetStatusCondition keeps a
+// condition's lastTransitionTime unless its status changes.
 func equalClaimStatus(a, b *ipamv1.IPAddressClaimStatus) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
@@ -84,16 +81,4 @@ func quietConflict(res reconcile.Result, err error) (reconcile.Result, error) {
 		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	return res, err
-}
-
-// warnings remembers the last warning given per object and reason, so a lasting situation is
-// reported once rather than on every pass.
-type warnings struct{ m sync.Map }
-
-func (w *warnings) warn(rec events.EventRecorder, obj client.Object, reason, format string, args ...any) {
-	key := string(obj.GetUID()) + "/" + reason
-	if _, seen := w.m.LoadOrStore(key, true); seen {
-		return
-	}
-	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", format, args...)
 }

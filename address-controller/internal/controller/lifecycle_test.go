@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -429,6 +431,7 @@ func TestClassDeletionHeldByAddresses(t *testing.T) {
 }
 
 func TestZeroWritesAfterRestartOverSettledObjects(t *testing.T) {
+	ctx := context.Background()
 	ns := newNamespace(t)
 	newClass(t, "settled", driverName)
 	newClass(t, "settled-manual", noDriver)
@@ -443,20 +446,50 @@ func TestZeroWritesAfterRestartOverSettledObjects(t *testing.T) {
 	del(t, released)
 	waitGone(t, released)
 	waitAddressPhase(t, "ip-203-0-113-40", ipamv1.AddressAvailable)
-	time.Sleep(2 * time.Second) // let every controller settle
+	// Settled: the core has stopped writing.
+	quiet := time.Now()
+	eventually(t, "the core to stop writing", func() (bool, error) {
+		if len(auditedWrites(t, coreUser, quiet)) > 0 {
+			quiet = time.Now()
+			return false, nil
+		}
+		return time.Since(quiet) > 2*time.Second, nil
+	})
 
 	if err := core.stop(); err != nil {
 		t.Fatal(err)
 	}
+	core = nil
+	// What the restarted core must look at: every object of each kind in the cluster.
+	var claims ipamv1.IPAddressClaimList
+	var addrs ipamv1.IPAddressList
+	var classes ipamv1.IPAddressClassList
+	var svcs corev1.ServiceList
+	for _, l := range []client.ObjectList{&claims, &addrs, &classes, &svcs} {
+		if err := admin.List(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int{"ipaddressclaim": len(claims.Items), "ipaddress": len(addrs.Items),
+		"ipaddressclass": len(classes.Items), "autoclaim": len(svcs.Items)}
+	before := map[string]int{}
+	for c := range want {
+		before[c] = reconciles(t, c)
+	}
 	since := time.Now()
-	var err error
-	if core, err = startCore(coreCfg); err != nil {
-		t.Fatal(err)
+	restartCore(t)
+	// The restarted controllers ran: each reconciled at least as many objects as exist.
+	for c, n := range want {
+		eventually(t, fmt.Sprintf("the restarted %s controller to reconcile %d objects", c, n), func() (bool, error) {
+			return reconciles(t, c)-before[c] >= n, nil
+		})
 	}
-	time.Sleep(5 * time.Second) // every object is reconciled at start-up
-	if writes := auditedWrites(t, coreUser, since); len(writes) != 0 {
-		t.Fatalf("the restarted core wrote %d times over settled objects:\n%s", len(writes), strings.Join(writes, "\n"))
-	}
+	consistently(t, "the restarted core to write nothing", 2*time.Second, func() (bool, error) {
+		if writes := auditedWrites(t, coreUser, since); len(writes) != 0 {
+			return false, fmt.Errorf("the restarted core wrote %d times over settled objects:\n%s", len(writes), strings.Join(writes, "\n"))
+		}
+		return true, nil
+	})
 }
 
 func TestCRDValidationRejectsBadInput(t *testing.T) {

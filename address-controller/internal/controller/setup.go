@@ -18,6 +18,9 @@ type Options struct {
 	// RegisterMetrics adds the project's metrics to controller-runtime's registry (off in tests
 	// that start several managers in one process).
 	RegisterMetrics bool
+	// Metrics, when set, are the metrics the controllers report to (tests read them); by
+	// default Setup creates them over the manager's cache.
+	Metrics *Metrics
 }
 
 // Setup registers the indexes and every controller of the core with mgr.
@@ -25,7 +28,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := index.Setup(ctx, mgr); err != nil {
 		return err
 	}
-	m := NewMetrics(mgr.GetCache())
+	m := opts.Metrics
+	if m == nil {
+		m = NewMetrics(mgr.GetCache())
+	}
 	if opts.RegisterMetrics {
 		if err := m.Register(metrics.Registry); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -28,9 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
@@ -53,7 +56,9 @@ var (
 	auditLog string
 	coreCfg  *rest.Config
 	core     *runningManager
-	driver   = &testdriver.Driver{
+	// coreMetrics are the running core's own metrics (replaced when a test restarts the core).
+	coreMetrics *Metrics
+	driver      = &testdriver.Driver{
 		Name:            driverName,
 		IPv4:            netip.MustParsePrefix("198.51.100.0/24"),
 		IPv6:            netip.MustParsePrefix("2001:db8:1::/120"),
@@ -133,7 +138,11 @@ rules:
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = core.stop() }()
+	defer func() {
+		if core != nil {
+			_ = core.stop()
+		}
+	}()
 	drv, err := startManager(driverCfg, func(ctx context.Context, mgr ctrl.Manager) error {
 		return driver.SetupWithManager(ctx, mgr)
 	})
@@ -164,8 +173,133 @@ func userConfig(cfg *rest.Config, name string) *rest.Config {
 
 func startCore(cfg *rest.Config) (*runningManager, error) {
 	return startManager(cfg, func(ctx context.Context, mgr ctrl.Manager) error {
-		return Setup(ctx, mgr, Options{Workers: 4})
+		coreMetrics = NewMetrics(mgr.GetCache())
+		return Setup(ctx, mgr, Options{Workers: 4, Metrics: coreMetrics})
 	})
+}
+
+// stopCore stops the core, for tests that stage a situation the running core would resolve at
+// once; restartCore starts it again, and the test's cleanup does if the test did not.
+func stopCore(t *testing.T) {
+	t.Helper()
+	if err := core.stop(); err != nil {
+		t.Fatal(err)
+	}
+	core = nil
+	t.Cleanup(func() {
+		if core == nil {
+			restartCore(t)
+		}
+	})
+}
+
+func restartCore(t *testing.T) {
+	t.Helper()
+	var err error
+	if core, err = startCore(coreCfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// liveClient reads and writes the apiserver directly, as the core's identity.
+func liveClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := client.New(coreCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// frozenClient writes to the apiserver as the core but reads from an informer cache that was
+// synced now and then stopped: the stale view of an informer lagging behind the apiserver,
+// with the core's field indexes.
+func frozenClient(t *testing.T) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := cache.New(coreCfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Register(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}} {
+		if _, err := c.GetInformer(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the frozen cache did not sync")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(coreCfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// reconciles returns how many reconciles controller has finished in this process (every
+// result), from controller-runtime's metrics.
+func reconciles(t *testing.T, controller string) int {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return total
+}
+
+// bindsObserved is the sample count of the running core's bind-duration histogram.
+func bindsObserved(t *testing.T) int {
+	t.Helper()
+	return bindsIn(t, coreMetrics)
+}
+
+func bindsIn(t *testing.T, metrics *Metrics) int {
+	t.Helper()
+	var m dto.Metric
+	if err := metrics.bindLatency.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return int(m.GetHistogram().GetSampleCount())
+}
+
+// timesSaid is how often an event was emitted: the events API folds repeats into a series.
+func timesSaid(e eventsv1.Event) int {
+	if e.Series != nil {
+		return int(e.Series.Count)
+	}
+	return 1
+}
+
+// timesSaidFor sums timesSaid over the events with reason about the named object.
+func timesSaidFor(t *testing.T, namespace, name, reason string) int {
+	t.Helper()
+	n := 0
+	for _, e := range eventsFor(t, namespace, name, reason) {
+		n += timesSaid(e)
+	}
+	return n
 }
 
 func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) error) (*runningManager, error) {

@@ -35,7 +35,11 @@ func BindableKey(class string, family ipamv1.IPFamily) string { return class + "
 
 // Setup registers every index of this package with the manager's cache.
 func Setup(ctx context.Context, mgr manager.Manager) error {
-	idx := mgr.GetFieldIndexer()
+	return Register(ctx, mgr.GetFieldIndexer())
+}
+
+// Register adds every index of this package to idx (a manager's or a cache's field indexer).
+func Register(ctx context.Context, idx client.FieldIndexer) error {
 	for _, f := range []struct {
 		obj   client.Object
 		field string

@@ -4,23 +4,18 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -28,31 +23,22 @@ import (
 var version = "dev"
 
 func main() {
-	var (
-		namespace    = flag.String("namespace", envOr("POD_NAMESPACE", "cozy-metallb-iad"), "namespace of the placeholder Services")
-		metallbNS    = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
-		metricsAddr  = flag.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
-		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
-		leaderElect  = flag.Bool("leader-elect", true, "elect a leader so that only one replica acts at a time")
-		leaderNS     = flag.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)")
-		workers      = flag.Int("workers", 4, "concurrent reconciles per controller")
-		qps          = flag.Float64("kube-api-qps", 50, "sustained requests per second to the apiserver")
-		burst        = flag.Int("kube-api-burst", 100, "request burst to the apiserver")
-		nudge        = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
-		syncPeriod   = flag.Duration("resync-period", 10*time.Hour, "how often every object is reconciled even without events")
-		printVersion = flag.Bool("version", false, "print the version and exit")
-	)
-	opts := zap.Options{}
+	var opts manager.Options
 	opts.BindFlags(flag.CommandLine)
+	var (
+		namespace = flag.String("namespace", envOr("POD_NAMESPACE", "cozy-metallb-iad"), "namespace of the placeholder Services")
+		metallbNS = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
+		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
+	)
 	flag.Parse()
-	if *printVersion {
+	if opts.PrintVersion {
 		fmt.Println(version)
 		return
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	opts.SetLogger()
 	log := ctrl.Log.WithName("setup")
-	if *workers < 1 {
-		log.Error(nil, "--workers must be at least 1")
+	if err := opts.Validate(); err != nil {
+		log.Error(err, "invalid flags")
 		os.Exit(2)
 	}
 	scheme := runtime.NewScheme()
@@ -61,37 +47,19 @@ func main() {
 			panic(err)
 		}
 	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		log.Error(err, "no kubeconfig: set --kubeconfig or KUBECONFIG, or run in a cluster")
-		os.Exit(1)
-	}
-	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	cfg.UserAgent = "metallb-iad/" + version
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:        *probeAddr,
-		LeaderElection:                *leaderElect,
-		LeaderElectionID:              "metallb-iad.local.sdn.cozystack.io",
-		LeaderElectionNamespace:       *leaderNS,
-		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{
-			SyncPeriod:       syncPeriod,
-			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Service{}:        {Transform: servicecache.Strip},
-				&metallb.IPAddressPool{}: {Namespaces: map[string]cache.Config{*metallbNS: {}}},
-			},
+	mgr, err := opts.New(manager.Spec{
+		Name: "metallb-iad", Version: version, Scheme: scheme,
+		LeaderElectionID: "metallb-iad.local.sdn.cozystack.io",
+		ByObject: map[client.Object]cache.ByObject{
+			&metallb.IPAddressPool{}: {Namespaces: map[string]cache.Config{*metallbNS: {}}},
 		},
 	})
 	if err != nil {
-		log.Error(err, "creating the manager")
+		log.Error(err, "setting up")
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: *workers, NudgeAfter: *nudge}
+	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge}
 	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace)
 	if err := d.Metrics.Register(metrics.Registry); err != nil {
 		log.Error(err, "registering metrics")
@@ -101,14 +69,8 @@ func main() {
 		log.Error(err, "setting up the driver")
 		os.Exit(1)
 	}
-	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
-	_ = mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
-		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
-			return fmt.Errorf("caches not synced")
-		}
-		return nil
-	})
-	log.Info("starting", "version", version, "namespace", *namespace, "metallbNamespace", *metallbNS, "workers", *workers)
+	log.Info("starting", "version", version, "namespace", *namespace, "metallbNamespace", *metallbNS, "workers", opts.Workers,
+		"metricsSecure", opts.MetricsSecure)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)

@@ -1,0 +1,250 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// These tests stage the races of a controller deciding from its informer cache while the
+// apiserver already holds newer state: a pass woken by its own write, or by an event that
+// arrived before the cache caught up. A stale pass is run for real, against the apiserver, with
+// reads from a cache frozen before the newer writes.
+
+func claimReconciler(c, reader client.Client, m *Metrics) *ClaimReconciler {
+	return &ClaimReconciler{Client: c, Reader: reader, Recorder: events.NewFakeRecorder(100), Metrics: m}
+}
+
+func addressReconciler(c, reader client.Client) *AddressReconciler {
+	return &AddressReconciler{Client: c, Reader: reader, Recorder: events.NewFakeRecorder(100)}
+}
+
+// A pass that sees the claim without its Bound status and the address without its claimRef
+// must neither bind a second address nor overwrite the status; the bind is counted once.
+func TestStaleClaimPassNeitherRebindsNorOverwritesStatus(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "stale-claim", noDriver)
+	a := newAddress(t, "203.0.113.60", "stale-claim", nil)
+	b := newAddress(t, "203.0.113.61", "stale-claim", nil)
+	newClaim(t, ns, "c", "stale-claim", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: noDriver}
+	})
+	stale := frozenClient(t)
+	live := liveClient(t)
+	m := NewMetrics(nil)
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
+
+	// First pass, on fresh reads (a cache synced now): binds the lowest address.
+	if _, err := claimReconciler(frozenClient(t), live, m).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	c := getClaim(t, ns, "c")
+	if c.Status.Phase != ipamv1.ClaimBound || len(c.Status.Addresses) != 1 || c.Status.Addresses[0].Name != a.Name {
+		t.Fatalf("first pass: %+v", c.Status)
+	}
+	// Second pass, on the stale view.
+	if _, err := claimReconciler(stale, live, m).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	c = getClaim(t, ns, "c")
+	if c.Status.Phase != ipamv1.ClaimBound || len(c.Status.Addresses) != 1 || c.Status.Addresses[0].Name != a.Name {
+		t.Errorf("a stale pass changed the Bound status to %+v", c.Status)
+	}
+	if ref := getAddress(t, b.Name).Spec.ClaimRef; ref != nil {
+		t.Errorf("a stale pass bound a second address, %s, to %s/%s", b.Name, ref.Namespace, ref.Name)
+	}
+	if n := bindsIn(t, m); n != 1 {
+		t.Errorf("the bind was counted %d times, want once", n)
+	}
+}
+
+// A stale pass of the address controller must not write a phase over a newer one.
+func TestStaleAddressPassDoesNotOverwritePhase(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "stale-addr", noDriver)
+	a := &ipamv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: "ip-203-0-113-62", Finalizers: []string{ipamv1.FinalizerAddress}},
+		Spec:       ipamv1.IPAddressSpec{Address: "203.0.113.62", ClassName: "stale-addr"},
+	}
+	create(t, a)
+	newClaim(t, ns, "c", "stale-addr", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+	})
+	stale := frozenClient(t)
+	live := liveClient(t)
+	if _, err := claimReconciler(frozenClient(t), live, NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: a.Name}}
+	if _, err := addressReconciler(frozenClient(t), live).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := getAddress(t, a.Name).Status.Phase; got != ipamv1.AddressBound {
+		t.Fatalf("fresh pass: phase %s, want Bound", got)
+	}
+	if _, err := addressReconciler(stale, live).Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := getAddress(t, a.Name).Status.Phase; got != ipamv1.AddressBound {
+		t.Fatalf("a stale pass wrote phase %s over Bound", got)
+	}
+}
+
+// Claims hammered with tenant updates and address events while they bind: once a claim is
+// Bound its addresses never change, and each bind is counted once.
+//
+// The staged tests above make the race deterministic; this one runs the whole core as it runs
+// in production and may or may not hit the window on a given run.
+func TestBoundAddressesNeverChangeUnderConcurrentUpdates(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := newNamespace(t)
+	newClass(t, "hammer", driverName)
+	newClass(t, "hammer-manual", noDriver)
+	for i := 1; i <= 10; i++ {
+		newAddress(t, fmt.Sprintf("203.0.113.%d", 100+i), "hammer-manual", nil)
+	}
+	watcher, err := client.NewWithWatch(coreCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.Watch(ctx, &ipamv1.IPAddressClaimList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	first := map[string][]ipamv1.ClaimedAddress{}
+	var violations []string
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*ipamv1.IPAddressClaim)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			mu.Lock()
+			if prev, seen := first[c.Name]; seen {
+				if c.Status.Phase != ipamv1.ClaimBound || !slices.Equal(prev, c.Status.Addresses) {
+					violations = append(violations, fmt.Sprintf("%s: Bound to %v, then %s %v", c.Name, prev, c.Status.Phase, c.Status.Addresses))
+				}
+			} else if c.Status.Phase == ipamv1.ClaimBound {
+				first[c.Name] = c.Status.Addresses
+			}
+			mu.Unlock()
+		}
+	}()
+
+	before := bindsObserved(t)
+	const n = 20
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	// Hammer: tenant annotations on the claims, labels on the addresses.
+	stop := make(chan struct{})
+	var hammers sync.WaitGroup
+	hammers.Add(2)
+	go func() {
+		defer hammers.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := names[i%n]
+			_ = admin.Patch(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+				client.RawPatch("application/merge-patch+json", []byte(fmt.Sprintf(`{"metadata":{"annotations":{"hammer":"%d"}}}`, i))))
+		}
+	}()
+	go func() {
+		defer hammers.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var list ipamv1.IPAddressList
+			if admin.List(ctx, &list) != nil {
+				continue
+			}
+			for _, a := range list.Items {
+				if a.Spec.ClassName == "hammer" || a.Spec.ClassName == "hammer-manual" {
+					_ = admin.Patch(ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
+						client.RawPatch("application/merge-patch+json", []byte(fmt.Sprintf(`{"metadata":{"labels":{"hammer":"%d"}}}`, i))))
+				}
+			}
+		}
+	}()
+	if err := parallel(n, func(i int) error {
+		class := "hammer"
+		if i%2 == 0 {
+			class = "hammer-manual"
+		}
+		return admin.Create(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: class, Family: ipamv1.IPv4}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		waitClaimPhase(t, ns, name, ipamv1.ClaimBound)
+	}
+	// Keep hammering a while after every claim is Bound.
+	consistently(t, "every claim to stay Bound", 3*time.Second, func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(violations) == 0, nil
+	})
+	close(stop)
+	hammers.Wait()
+	w.Stop()
+	<-watched
+	if len(violations) > 0 {
+		t.Fatalf("Bound claims changed addresses:\n%v", violations)
+	}
+	eventually(t, "one bind observation per claim", func() (bool, error) {
+		return bindsObserved(t)-before >= n, nil
+	})
+	consistently(t, "no second observation of a bind", time.Second, func() (bool, error) {
+		got := bindsObserved(t) - before
+		if got != n {
+			return false, fmt.Errorf("%d binds observed for %d claims", got, n)
+		}
+		return true, nil
+	})
+}
+
+// A claim left Pending is looked at again on a schedule, not only when an event comes.
+func TestPendingClaimIsRecheckedOnASchedule(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newClass(t, "recheck", noDriver)
+	newClaim(t, ns, "c", "recheck", ipamv1.IPv4)
+	waitClaimReason(t, ns, "c", ipamv1.ReasonWaitingForAddress)
+	res, err := claimReconciler(frozenClient(t), liveClient(t), NewMetrics(nil)).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("a Pending claim is re-checked after %s, want a delay in (0, 1m]", res.RequeueAfter)
+	}
+}

@@ -1,0 +1,47 @@
+// Package autoclaim holds the auto-claim rules that the core and a driver must apply alike: a
+// driver that keeps foreign addresses off Services which will use an auto-claim needs the same
+// answer to "could auto-claim serve this Service?" as the core that creates the claim.
+package autoclaim
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// MetalLBAnnotations are MetalLB's annotations (and their deprecated twins): a Service carrying
+// any of them chose its address its own way, and auto-claim leaves it alone.
+var MetalLBAnnotations = []string{
+	"metallb.io/address-pool", "metallb.io/loadBalancerIPs", "metallb.io/allow-shared-ip",
+	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
+}
+
+// SkipAsked says why auto-claim never creates a claim for a Service, from what its author asked
+// for alone ("" when auto-claim may serve it, given a class): not a LoadBalancer, being
+// deleted, naming a claim, opted out, a load-balancer class, spec.loadBalancerIP, or a MetalLB
+// pool, pin or sharing annotation. The core adds one rule that depends on time (an address the
+// Service had before auto-claim was enabled for it); see the core's README.
+func SkipAsked(svc *corev1.Service) string {
+	switch {
+	case svc.Spec.Type != corev1.ServiceTypeLoadBalancer:
+		return "not a LoadBalancer"
+	case svc.DeletionTimestamp != nil:
+		return "being deleted"
+	case svc.Annotations[ipamv1.AnnotationServiceClaim] != "":
+		return "names a claim"
+	case strings.EqualFold(svc.Annotations[ipamv1.AnnotationAutoClaim], "false"):
+		return "opted out"
+	case svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "":
+		return "has a loadBalancerClass"
+	case svc.Spec.LoadBalancerIP != "":
+		return "sets spec.loadBalancerIP"
+	}
+	for _, a := range MetalLBAnnotations {
+		if _, ok := svc.Annotations[a]; ok {
+			return "carries " + a
+		}
+	}
+	return ""
+}

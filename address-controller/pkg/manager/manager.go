@@ -1,0 +1,169 @@
+// Package manager is the command-line and manager set-up shared by the project's controllers
+// (address-controller and metallb-iad): the same flags, metrics endpoint (plain or secured),
+// probes, leader election, client rate limits and cache trimming, without merging the binaries.
+package manager
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+)
+
+// Options are the settings every controller binary of the project takes from its flags.
+type Options struct {
+	// MetricsAddr is where the Prometheus endpoint listens ("0" turns it off).
+	MetricsAddr string
+	// MetricsSecure serves metrics over HTTPS and lets only callers that the apiserver
+	// authenticates and authorizes (get on the /metrics non-resource URL) read them; the
+	// controller then needs create on tokenreviews and subjectaccessreviews.
+	MetricsSecure bool
+	// ProbeAddr is where /healthz and /readyz listen.
+	ProbeAddr string
+	// LeaderElect makes only one replica act at a time.
+	LeaderElect bool
+	// LeaderElectionNamespace is where the Lease lives (default: the pod's namespace).
+	LeaderElectionNamespace string
+	// Workers is the number of concurrent reconciles per controller.
+	Workers int
+	// QPS and Burst limit the client towards the apiserver.
+	QPS   float64
+	Burst int
+	// SyncPeriod is how often every cached object is reconciled again without an event.
+	SyncPeriod time.Duration
+	// PrintVersion asks the binary to print its version and exit.
+	PrintVersion bool
+	// Zap are the logging flags.
+	Zap zap.Options
+}
+
+// BindFlags registers the shared flags, with the project's defaults, on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
+		"serve metrics over HTTPS to callers the apiserver authenticates and authorizes (needs create on tokenreviews and subjectaccessreviews)")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica acts at a time")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
+	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles per controller")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 50, "sustained requests per second to the apiserver")
+	fs.IntVar(&o.Burst, "kube-api-burst", 100, "request burst to the apiserver")
+	fs.DurationVar(&o.SyncPeriod, "resync-period", 10*time.Hour, "how often every object is reconciled even without events")
+	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
+	o.Zap.BindFlags(fs)
+}
+
+// Validate reports flag values that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, not %d", o.Workers))
+	}
+	if o.QPS <= 0 || o.Burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	if o.SyncPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--resync-period must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// SetLogger installs the logger the flags describe as controller-runtime's.
+func (o *Options) SetLogger() {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.Zap)))
+}
+
+// Spec is what differs between the binaries.
+type Spec struct {
+	// Name is the binary's name, used in the client's user agent.
+	Name, Version string
+	// LeaderElectionID names the Lease.
+	LeaderElectionID string
+	Scheme           *runtime.Scheme
+	// ByObject adds per-type cache settings (Services are always trimmed to what the
+	// controllers read).
+	ByObject map[client.Object]cache.ByObject
+}
+
+// RESTConfig loads the kubeconfig (flag --kubeconfig, KUBECONFIG, or in-cluster) with the
+// client limits of o.
+func (o *Options) RESTConfig(s Spec) (*rest.Config, error) {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no kubeconfig: set --kubeconfig or KUBECONFIG, or run in a cluster: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
+	cfg.UserAgent = s.Name + "/" + s.Version
+	return cfg, nil
+}
+
+// ManagerOptions are the controller-runtime options for o and s.
+func (o *Options) ManagerOptions(s Spec) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	byObject := map[client.Object]cache.ByObject{
+		// Both controllers watch every Service: keep only what they read.
+		&corev1.Service{}: {Transform: servicecache.Strip},
+	}
+	for obj, opts := range s.ByObject {
+		byObject[obj] = opts
+	}
+	syncPeriod := o.SyncPeriod
+	return ctrl.Options{
+		Scheme:                        s.Scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              s.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			SyncPeriod: &syncPeriod,
+			// The controllers never read managedFields: dropping them halves the cache.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject:         byObject,
+		},
+	}
+}
+
+// New creates the manager with its health probes: /healthz answers while the process runs,
+// /readyz once the caches are synced.
+func (o *Options) New(s Spec) (ctrl.Manager, error) {
+	cfg, err := o.RESTConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, o.ManagerOptions(s))
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
