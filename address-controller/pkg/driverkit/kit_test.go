@@ -20,7 +20,6 @@ func claim(uid string, phase ipamv1.ClaimPhase, fam ipamv1.IPFamily, stamped str
 	return c
 }
 
-
 func TestNeedsProvisioning(t *testing.T) {
 	now := metav1.Now()
 	deleting := claim("1", ipamv1.ClaimPending, ipamv1.IPv4, "me")
