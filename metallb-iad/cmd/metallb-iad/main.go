@@ -92,7 +92,7 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: *workers, NudgeAfter: *nudge}
-	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace)
+	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace, *metallbNS)
 	if err := d.Metrics.Register(metrics.Registry); err != nil {
 		log.Error(err, "registering metrics")
 		os.Exit(1)
