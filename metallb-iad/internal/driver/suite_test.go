@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,7 +38,15 @@ const (
 	testMetalLBNS = "cozy-metallb"
 )
 
-var admin client.Client
+var (
+	admin   client.Client
+	watcher client.WithWatch
+)
+
+// kubeWatchServices watches every Service of the driver's namespace.
+func kubeWatchServices(ctx context.Context) (watch.Interface, error) {
+	return watcher.Watch(ctx, &corev1.ServiceList{}, client.InNamespace(testDriverNS))
+}
 
 // needAPIServer fails an integration test run without envtest (never a skip: a skipped test
 // proves nothing).
@@ -75,6 +84,7 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 	admin, _ = client.New(cfg, client.Options{Scheme: scheme})
+	watcher, _ = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	for _, ns := range []string{testDriverNS, testMetalLBNS, "tenant"} {
 		if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			panic(err)
