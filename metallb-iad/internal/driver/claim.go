@@ -61,7 +61,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	v := provisionView{
 		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
 		have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, held: map[string]bool{}, nextName: map[ipamv1.IPFamily]string{},
+		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
 	}
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, key, &claim); err == nil {
@@ -195,8 +195,11 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	if err != nil {
 		return err
 	}
-	_, expected := d.expect.Pending(holdKey(name), v.now)
-	v.held[name] = len(holds) > 0 || expected
+	if len(holds) > 0 {
+		v.holdOf[name] = holds[0].Name
+	} else if expected, ok := d.expect.Pending(holdKey(name), v.now); ok {
+		v.holdOf[name] = expected
+	}
 	return nil
 }
 
@@ -221,7 +224,13 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 	for _, st := range p.settle {
 		// The IPAddress's name is the lock on the IP: an AlreadyExists means someone else's
 		// address (or an earlier pass's), which the next pass sorts out from a fresh read.
+		// The placeholder becomes the address's hold right after: say so before the address
+		// exists, so the address's first pass does not make a hold of its own.
+		d.expect.Expect(holdKey(st.address.Name), st.svc.Name, d.now())
 		err := d.client.Create(ctx, st.address)
+		if err != nil {
+			d.expect.Observed(holdKey(st.address.Name))
+		}
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
 		}

@@ -122,6 +122,7 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	}()
 	defer w.Stop()
 
+	before := writesSnapshot()
 	var claims []*ipamv1.IPAddressClaim
 	for i := range n {
 		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
@@ -151,6 +152,19 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	})
 	// The claims stay Pending (no core here): give the driver time to do anything more.
 	time.Sleep(2 * time.Second)
+	after := writesSnapshot()
+	var total int64
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			total += d
+			t.Logf("driver writes %-28s %4d (%.2f per address)", k, d, float64(d)/n)
+		}
+	}
+	t.Logf("driver writes per provisioned address: %.2f", float64(total)/n)
+	// Placeholder create, address create, pin+relabel, the address's Held status: 4.
+	if float64(total)/n > 4 {
+		t.Errorf("the driver made %.2f writes per provisioned address, want at most 4", float64(total)/n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	extra := 0

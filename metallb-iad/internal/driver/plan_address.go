@@ -173,9 +173,12 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	a := v.addr
 	if len(v.holds) == 0 {
 		switch {
-		case v.holdExpected:
-			// Created by an earlier pass; the cache has not shown it yet.
+		case v.holdExpected || settlingPlaceholder(v) != nil:
+			// Created (or being relabelled from the provisioning placeholder MetalLB gave the
+			// IP) by this driver; the cache has not shown the hold yet. No status either: the
+			// next pass, with the hold in view, writes it once.
 			p.requeue = time.Second
+			return
 		case releasingHolder(v) != nil:
 			// A Service this driver unpinned still shows the IP: a hold now would only get
 			// MetalLB's AllocationFailed. Wait for MetalLB to let go.
@@ -270,6 +273,17 @@ func adoptingService(v addressView) *corev1.Service {
 	return nil
 }
 
+// settlingPlaceholder is a provisioning placeholder of this driver that MetalLB gave the IP: the
+// claim reconciler is making it this address's hold (or handing it over).
+func settlingPlaceholder(v addressView) *corev1.Service {
+	for _, h := range v.holders {
+		if h.inIngress && h.svc.Namespace == v.namespace && h.svc.Labels[LabelRole] == RoleProvisioning {
+			return h.svc
+		}
+	}
+	return nil
+}
+
 // releasingHolder is a Service that still shows the IP in its ingress while it is on its way
 // out: this driver unpinned it (the releasing record names the IP), or re-pinned it to other
 // addresses (a re-link). Neither is a conflict.
@@ -303,7 +317,9 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 		case h.inExternalIPs && !isAttached:
 			why = fmt.Sprintf("lists %s, reserved as IPAddress %s, in spec.externalIPs; remove it there", v.ip, a.Name)
 		case !h.inIngress || isAttached || (adopter != nil && s.UID == adopter.UID) || releasing(s, v.ip) ||
-			(s.Namespace == v.namespace && s.Labels[LabelAddress] == a.Name):
+			(s.Namespace == v.namespace && s.Labels[LabelAddress] == a.Name) ||
+			(s.Namespace == v.namespace && s.Labels[LabelRole] == RoleProvisioning):
+			// (A provisioning placeholder of this driver is settled by the claim reconciler.)
 			continue
 		default:
 			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.ip, a.Name)

@@ -361,3 +361,14 @@ func TestNudgeDue(t *testing.T) {
 		t.Fatalf("old: backoff capped at a minute, got %v %v", due, wait)
 	}
 }
+
+func TestPlanAddressWhileItsPlaceholderSettles(t *testing.T) {
+	const ip = "203.0.113.5"
+	p := provisioning("claim-uid", ipamv1.IPv4, ip)
+	pl := planAddress(view(testAddress(ip, Finalizer), func(v *addressView) {
+		v.holders = []holder{{svc: p, inIngress: true}}
+	}))
+	if pl.createHold != nil || pl.status != nil || len(pl.events) != 0 || pl.requeue == 0 {
+		t.Fatalf("the provisioning placeholder becoming the hold is no conflict and needs no second hold: %+v", pl)
+	}
+}

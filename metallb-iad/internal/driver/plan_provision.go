@@ -27,9 +27,10 @@ type provisionView struct {
 	// placeholderExpected: one was created for the family and is not visible yet.
 	placeholderExpected map[ipamv1.IPFamily]bool
 	// addresses are the IPAddresses, by name, of the IPs MetalLB gave the placeholders;
-	// held says whether such an address already has a hold placeholder.
+	// holdOf names the hold placeholder such an address has, or is getting from this driver's
+	// own recent relabel ("" when none).
 	addresses map[string]*ipamv1.IPAddress
-	held      map[string]bool
+	holdOf    map[string]string
 	// nextName is the name a new placeholder of the family gets.
 	nextName map[ipamv1.IPFamily]string
 
@@ -84,9 +85,14 @@ func planProvision(v provisionView) provisionPlan {
 		// (a crash between creating the address and relabelling); any other goes, returning its
 		// address to the pool.
 		if ip, ok := servedIP(s, fam); ok {
-			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && a.DeletionTimestamp == nil && !v.held[a.Name] {
-				p.toHold = append(p.toHold, handover{svc: s, address: a.Name, ip: ip})
-				continue
+			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && a.DeletionTimestamp == nil {
+				switch v.holdOf[a.Name] {
+				case s.Name:
+					continue // it is that address's hold already; the cache is behind
+				case "":
+					p.toHold = append(p.toHold, handover{svc: s, address: a.Name, ip: ip})
+					continue
+				}
 			}
 		}
 		p.delete = append(p.delete, s)
@@ -123,11 +129,13 @@ func planProvision(v provisionView) provisionPlan {
 		switch {
 		case a == nil:
 			p.settle = append(p.settle, settlement{svc: s, address: driverkit.PreBoundAddress(ip, v.class, claim, Finalizer)})
+		case v.holdOf[name] == s.Name:
+			// Relabelled as the address's hold a moment ago; the cache is behind.
 		case a.DeletionTimestamp != nil:
 			// The IP's address is going: never relabel a placeholder as its hold. The
 			// placeholder goes; the claim gets a fresh one.
 			p.delete = append(p.delete, s)
-		case driverkit.BoundTo(a, claim) || !v.held[name]:
+		case driverkit.BoundTo(a, claim) || v.holdOf[name] == "":
 			// Created by an earlier pass (relabel left undone), or another claim's address that
 			// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
 			p.toHold = append(p.toHold, handover{svc: s, address: name, ip: ip})

@@ -31,7 +31,7 @@ func provisioning(claimUID string, fam ipamv1.IPFamily, ingress ...string) *core
 
 func pview(claim *ipamv1.IPAddressClaim, mods ...func(*provisionView)) provisionView {
 	v := provisionView{claim: claim, claimKey: "t/c", class: acceptedClass(), have: map[ipamv1.IPFamily]bool{},
-		placeholderExpected: map[ipamv1.IPFamily]bool{}, addresses: map[string]*ipamv1.IPAddress{}, held: map[string]bool{},
+		placeholderExpected: map[ipamv1.IPFamily]bool{}, addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{},
 		nextName: map[ipamv1.IPFamily]string{ipamv1.IPv4: ProvisioningName("claim-uid", ipamv1.IPv4, 0),
 			ipamv1.IPv6: ProvisioningName("claim-uid", ipamv1.IPv6, 0)},
 		namespace: testDriverNS, now: t0.Add(time.Second), nudgeAfter: 3 * time.Second}
@@ -100,6 +100,17 @@ func TestPlanProvision(t *testing.T) {
 			v.addresses[addrName] = a
 		}), func(t *testing.T, p provisionPlan) {
 			if len(p.toHold) != 1 || len(p.settle) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 3: the placeholder just relabelled as the hold, still provisioning in the cache: left alone", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
+			ph := provisioning("claim-uid", ipamv1.IPv4, ip)
+			v.placeholders = []*corev1.Service{ph}
+			v.addresses[addrName] = testAddress(ip, Finalizer)
+			v.holdOf[addrName] = ph.Name
+			v.have[ipamv1.IPv4] = true
+		}), func(t *testing.T, p provisionPlan) {
+			if len(p.toHold) != 0 || len(p.delete) != 0 || len(p.create) != 0 || len(p.settle) != 0 {
 				t.Fatalf("%+v", p)
 			}
 		}},

@@ -3,6 +3,10 @@ package driver
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +51,46 @@ var (
 // kubeWatchServices watches every Service of the driver's namespace.
 func kubeWatchServices(ctx context.Context) (watch.Interface, error) {
 	return watcher.Watch(ctx, &corev1.ServiceList{}, client.InNamespace(testDriverNS))
+}
+
+// driverWrites counts the driver's API writes by "VERB resource[/subresource]".
+var driverWrites sync.Map
+
+type countingTransport struct{ next http.RoundTripper }
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		key := req.Method + " " + writeResource(req.URL.Path)
+		n, _ := driverWrites.LoadOrStore(key, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
+	return c.next.RoundTrip(req)
+}
+
+// writeResource names the resource of a write's path: services, services/status, ipaddresses,
+// ipaddresses/status, events.
+func writeResource(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		switch p {
+		case "services", "ipaddresses", "ipaddressclasses", "ipaddressclaims", "events", "leases":
+			if i+2 < len(parts) {
+				return p + "/" + parts[i+2]
+			}
+			return p
+		}
+	}
+	return path
+}
+
+// writesSnapshot copies driverWrites.
+func writesSnapshot() map[string]int64 {
+	out := map[string]int64{}
+	driverWrites.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 // needAPIServer fails an integration test run without envtest (never a skip: a skipped test
@@ -90,7 +135,9 @@ func run(m *testing.M) int {
 			panic(err)
 		}
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	driverCfg := rest.CopyConfig(cfg)
+	driverCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt} })
+	mgr, err := ctrl.NewManager(driverCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
