@@ -139,6 +139,7 @@ func planAttach(v attachView) attachPlan {
 			if v.elsewhere[a.Name] {
 				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by Service %s/%s; a claim serves one Service", claim.Name, at.Namespace, at.Name))
 				p.detach = true
+				wait()
 				return p
 			}
 			wait()
