@@ -31,7 +31,7 @@ func (d *Driver) setupClaims(mgr ctrl.Manager) error {
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimOfAddress)).
 		// A class that becomes Accepted releases the claims waiting for it.
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimsWaitingForClass(d.client)),
-			builder.WithPredicates(ownClass())).
+			builder.WithPredicates(ownClass(), classChanged())).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileClaim))
 }

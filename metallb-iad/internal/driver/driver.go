@@ -87,6 +87,9 @@ type event struct {
 	reason  string
 	message string
 	once    bool
+	// topic, when set, is what the Announcer remembers the message under instead of the
+	// reason (one reason said about several addresses on the same object).
+	topic string
 }
 
 func (d *Driver) emit(evs []event) {
@@ -95,7 +98,9 @@ func (d *Driver) emit(evs []event) {
 		if e.warning {
 			typ = "Warning"
 		}
-		if e.once {
+		if e.once && e.topic != "" {
+			d.announce.SayAbout(e.obj, e.topic, nil, typ, e.reason, e.reason, e.message)
+		} else if e.once {
 			d.announce.Say(e.obj, nil, typ, e.reason, e.reason, e.message)
 		} else {
 			d.announce.Recorder.Eventf(e.obj, nil, typ, e.reason, e.reason, "%s", e.message)

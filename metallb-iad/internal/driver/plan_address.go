@@ -325,7 +325,8 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.ip, a.Name)
 		}
 		wrongful = append(wrongful, s.Namespace+"/"+s.Name)
-		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonServiceConflict, message: why, once: true})
+		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonServiceConflict, message: why, once: true,
+			topic: ReasonServiceConflict + "/" + a.Name})
 	}
 	slices.Sort(wrongful)
 	if len(wrongful) == 0 {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,8 +44,9 @@ const (
 )
 
 var (
-	admin   client.Client
-	watcher client.WithWatch
+	testDriver *Driver
+	admin      client.Client
+	watcher    client.WithWatch
 )
 
 // kubeWatchServices watches every Service of the driver's namespace.
@@ -150,6 +151,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour}
+	testDriver = d
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
