@@ -348,7 +348,21 @@ func TestLostClaimKeepsItsService(t *testing.T) {
 	const ip = "203.0.113.81"
 	claim, addr := boundClaimWithAddress(t, ns, "c", "keep", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
+	time.Sleep(time.Second) // settle, so that the count below is the attach alone
+	before := writesSnapshot()
 	svc := attachedService(t, ns, "web", "c", ip)
+	time.Sleep(time.Second)
+	var writes int64
+	for k, v := range writesSnapshot() {
+		if d := v - before[k]; d > 0 {
+			writes += d
+			t.Logf("attach: driver writes %-24s %d", k, d)
+		}
+	}
+	// Record attachedTo (with Held), delete the hold, pin the Service (DESIGN §5a: at most 3).
+	if writes > 3 {
+		t.Errorf("the attach took %d driver writes, want at most 3", writes)
+	}
 	claim.Status.Phase = ipamv1.ClaimLost
 	if err := admin.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
