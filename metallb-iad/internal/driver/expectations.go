@@ -13,6 +13,9 @@ type expectations struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	m   map[string]expected
+	// sweepAt is the size at which Expect next drops expired entries (an entry whose object the
+	// cache never shows, or no longer shows, is not looked up again).
+	sweepAt int
 }
 
 type expected struct {
@@ -30,6 +33,14 @@ func (e *expectations) Expect(key, name string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.m[key] = expected{name: name, at: now}
+	if len(e.m) >= e.sweepAt {
+		for k, x := range e.m {
+			if now.Sub(x.at) > e.ttl {
+				delete(e.m, k)
+			}
+		}
+		e.sweepAt = max(2*len(e.m), 1024)
+	}
 }
 
 // Pending returns the name recorded under key while it has not expired.
