@@ -109,6 +109,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
 	uid := string(v.claim.UID)
 	for _, fam := range v.claim.Spec.Family.Families() {
+		expectedAddress, _ := d.expect.Pending(addressKey(uid, string(fam)), v.now)
 		if v.have[fam] {
 			d.expect.Observed(addressKey(uid, string(fam)))
 		} else if name, ok := d.expect.Pending(addressKey(uid, string(fam)), v.now); ok {
@@ -136,8 +137,8 @@ func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
 			switch err := d.reader.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: name}, &s); {
 			case err == nil && s.Labels[LabelRole] == RoleProvisioning && s.DeletionTimestamp == nil:
 				v.placeholders = append(v.placeholders, &s)
-			case err == nil && s.Labels[LabelRole] == RoleHold:
-				// Settled already: its address is on the way into the cache.
+			case err == nil && s.Labels[LabelRole] == RoleHold && s.Labels[LabelAddress] == expectedAddress:
+				// Settled already: its address (this claim's) is on the way into the cache.
 				v.placeholderExpected[fam] = true
 			case err == nil || apierrors.IsNotFound(err):
 				d.expect.Observed(placeholderKey(uid, string(fam)))
