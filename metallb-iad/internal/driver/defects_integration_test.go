@@ -109,14 +109,18 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	}
 	var mu sync.Mutex
 	created := map[string]int{} // claim uid -> provisioning placeholders created
+	placeholders := 0           // every placeholder created in the driver's namespace, any role
 	go func() {
 		for ev := range w.ResultChan() {
 			s, ok := ev.Object.(*corev1.Service)
-			if !ok || ev.Type != watch.Added || s.Labels[LabelRole] != RoleProvisioning {
+			if !ok || ev.Type != watch.Added || s.Annotations[metallb.AnnotationAddressPool] != "dup" {
 				continue
 			}
 			mu.Lock()
-			created[s.Labels[LabelClaimUID]]++
+			placeholders++
+			if s.Labels[LabelRole] == RoleProvisioning {
+				created[s.Labels[LabelClaimUID]]++
+			}
 			mu.Unlock()
 		}
 	}()
@@ -173,6 +177,9 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 			extra += created[string(c.UID)] - 1
 		}
 	}
+	if placeholders != n {
+		t.Errorf("%d claims caused %d placeholder Services (provisioning and hold), want exactly %d", n, placeholders, n)
+	}
 	if extra != 0 {
 		t.Fatalf("%d claims caused %d provisioning placeholders (%d more than needed): %v", n, n+extra, extra, created)
 	}
@@ -200,7 +207,8 @@ func TestRelinkAndDetachWithoutConflict(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
 	newPoolClass(t, "relink", "203.0.113.32/28")
-	startFakeMetalLB(t, "relink", netip.MustParsePrefix("203.0.113.32/28"))
+	// MetalLB moves a Service to its new pin only after a while, as the real one does under load.
+	startSlowFakeMetalLB(t, "relink", netip.MustParsePrefix("203.0.113.32/28"), 700*time.Millisecond)
 	ns := newNamespace(t, "relink")
 	const ipA, ipB = "203.0.113.33", "203.0.113.34"
 	_, a := boundClaimWithAddress(t, ns, "a", "relink", ipA)

@@ -183,10 +183,21 @@ type fakeMetalLB struct {
 	prefix netip.Prefix
 	stop   chan struct{}
 	done   sync.WaitGroup
+	// delay is how long a change a Service asks for waits before it is made (the real
+	// MetalLB took about 0.6 s here under load); pending records since when.
+	delay   time.Duration
+	pending map[string]pendingChange
 }
 
-func startFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix) {
-	f := &fakeMetalLB{pool: pool, prefix: prefix, stop: make(chan struct{})}
+type pendingChange struct {
+	want  string
+	since time.Time
+}
+
+func startFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix) { startSlowFakeMetalLB(t, pool, prefix, 0) }
+
+func startSlowFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix, delay time.Duration) {
+	f := &fakeMetalLB{pool: pool, prefix: prefix, stop: make(chan struct{}), delay: delay, pending: map[string]pendingChange{}}
 	f.done.Add(1)
 	go func() {
 		defer f.done.Done()
@@ -267,7 +278,18 @@ func (f *fakeMetalLB) pass() {
 			}
 		}
 		if sameIPs(cur, want) {
+			delete(f.pending, key)
 			continue
+		}
+		if f.delay > 0 {
+			w := fmt.Sprint(want)
+			if pc, ok := f.pending[key]; !ok || pc.want != w {
+				f.pending[key] = pendingChange{want: w, since: time.Now()}
+				continue
+			} else if time.Since(pc.since) < f.delay {
+				continue
+			}
+			delete(f.pending, key)
 		}
 		for _, ip := range cur {
 			delete(used, ip)
