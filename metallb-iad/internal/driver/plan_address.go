@@ -127,8 +127,12 @@ func planAddress(v addressView) addressPlan {
 
 	switch {
 	case v.attached != nil:
-		// A leftover hold (a crash between recording the attachment and deleting the hold) goes.
-		p.deleteHolds = v.holds
+		// The Service reconciler deletes the holds between recording the attachment and pinning
+		// (and finishes that after a crash). A hold still there once the Service is pinned to
+		// the IP is a leftover, and goes; before that it is the Service reconciler's to delete.
+		if v.attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.attached), v.ip) {
+			p.deleteHolds = v.holds
+		}
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(v.attached))
 	case lostReason != "":
 		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.

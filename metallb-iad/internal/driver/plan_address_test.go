@@ -144,6 +144,14 @@ func TestPlanAddress(t *testing.T) {
 					t.Fatalf("%+v", p)
 				}
 			}},
+		{"attached, not pinned yet: the hold is the Service reconciler's to delete", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.attached = svc("t", "web", "web-uid")
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 0 || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"attached: leftover hold goes, Held Attached", view(testAddress(ip, Finalizer), func(v *addressView) {
 			v.attached = tenant
 			v.holds = []*corev1.Service{hold(name, ip, false)}
