@@ -226,6 +226,9 @@ func TestRelinkAndDetachWithoutConflict(t *testing.T) {
 		}
 		return true, nil
 	}
+	// From here the driver's cache lags its own writes, as on a loaded apiserver: decisions must
+	// rest on a view that includes them.
+	withWatchLag(t, 150*time.Millisecond)
 	var s corev1.Service
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,7 +66,31 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		n, _ := driverWrites.LoadOrStore(key, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 	}
-	return c.next.RoundTrip(req)
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && req.URL.Query().Get("watch") == "true" {
+		resp.Body = &laggingBody{ReadCloser: resp.Body}
+	}
+	return resp, err
+}
+
+// watchLag, while set, delays what the driver's watches receive: its cache then lags behind its
+// own writes, as on a loaded apiserver.
+var watchLag atomic.Int64
+
+type laggingBody struct{ io.ReadCloser }
+
+func (b *laggingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if d := time.Duration(watchLag.Load()); d > 0 && n > 0 {
+		time.Sleep(d)
+	}
+	return n, err
+}
+
+// withWatchLag makes the driver's cache lag by about d for the rest of the test.
+func withWatchLag(t *testing.T, d time.Duration) {
+	watchLag.Store(int64(d))
+	t.Cleanup(func() { watchLag.Store(0) })
 }
 
 // writeResource names the resource of a write's path: services, services/status, ipaddresses,
