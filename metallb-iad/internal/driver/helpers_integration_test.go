@@ -194,7 +194,9 @@ type pendingChange struct {
 	since time.Time
 }
 
-func startFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix) { startSlowFakeMetalLB(t, pool, prefix, 0) }
+func startFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix) {
+	startSlowFakeMetalLB(t, pool, prefix, 0)
+}
 
 func startSlowFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix, delay time.Duration) {
 	f := &fakeMetalLB{pool: pool, prefix: prefix, stop: make(chan struct{}), delay: delay, pending: map[string]pendingChange{}}
