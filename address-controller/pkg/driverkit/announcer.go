@@ -44,6 +44,17 @@ func (a *Announcer) Say(obj client.Object, related runtime.Object, eventType, re
 	return true
 }
 
+// SayAbout is Say with the memory kept under topic instead of reason: for one reason said about
+// several things on the same object (a Service holding two reserved addresses), each said once.
+// Clear(obj, topic) forgets it.
+func (a *Announcer) SayAbout(obj client.Object, topic string, related runtime.Object, eventType, reason, action, message string) bool {
+	if !a.remember(obj, topic, message) {
+		return false
+	}
+	a.Recorder.Eventf(obj, related, eventType, reason, action, "%s", message)
+	return true
+}
+
 // remember records message as the last said for (obj, reason), reporting whether it is new.
 func (a *Announcer) remember(obj client.Object, reason, message string) bool {
 	a.mu.Lock()

@@ -73,3 +73,24 @@ func TestAnnouncerMemoryIsBounded(t *testing.T) {
 		t.Fatal("the most recent object was forgotten")
 	}
 }
+
+func TestAnnouncerSayAboutKeepsTopicsApart(t *testing.T) {
+	rec := &fakeRecorder{}
+	a := &Announcer{Recorder: rec}
+	s := svc("web", "u1")
+	// One reason about two addresses, said alternately by their two reconciles: each once.
+	for range 3 {
+		a.SayAbout(s, "Conflict/ip-a", nil, corev1.EventTypeWarning, "ReservedAddressConflict", "Test", "holds a")
+		a.SayAbout(s, "Conflict/ip-b", nil, corev1.EventTypeWarning, "ReservedAddressConflict", "Test", "holds b")
+	}
+	if len(rec.events) != 2 || rec.events[0].reason != "ReservedAddressConflict" {
+		t.Fatalf("events %+v", rec.events)
+	}
+	if !a.Clear(s, "Conflict/ip-a") {
+		t.Fatal("topic not remembered")
+	}
+	a.SayAbout(s, "Conflict/ip-a", nil, corev1.EventTypeWarning, "ReservedAddressConflict", "Test", "holds a")
+	if len(rec.events) != 3 {
+		t.Fatalf("a cleared topic is not said again: %+v", rec.events)
+	}
+}

@@ -26,6 +26,7 @@ func Strip(obj any) (any, error) {
 		Spec: corev1.ServiceSpec{
 			Type: svc.Spec.Type, IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy,
 			LoadBalancerIP: svc.Spec.LoadBalancerIP, LoadBalancerClass: svc.Spec.LoadBalancerClass,
+			ExternalIPs: svc.Spec.ExternalIPs,
 		},
 		Status: corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer},
 	}, nil

@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,11 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 )
 
@@ -72,17 +71,9 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("testdriver-claim").
 		For(&ipamv1.IPAddressClaim{}).
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if ref := o.(*ipamv1.IPAddress).Spec.ClaimRef; ref != nil {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
-			}
-			return nil
-		})).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimOfAddress)).
 		// A class that becomes Accepted releases the claims waiting for it.
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			reqs, _ := index.ClaimsWaitingFor(ctx, d.client, o.GetName())
-			return reqs
-		})).
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimsWaitingForClass(d.client))).
 		Complete(reconcile.Func(d.reconcileClaim)); err != nil {
 		return err
 	}
@@ -95,13 +86,16 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if class.Spec.Provisioner != d.Name || class.DeletionTimestamp != nil {
+	if class.Spec.Provisioner != d.Name {
 		return reconcile.Result{}, nil
 	}
-	cond := metav1.Condition{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted",
+	cond := metav1.Condition{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: driverkit.ReasonAccepted,
 		Message: "the test driver provisions from " + d.IPv4.String() + " and " + d.IPv6.String(), ObservedGeneration: class.Generation}
 	if class.Spec.Parameters["accept"] == "false" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Refused", "parameter accept is false"
+	}
+	if class.DeletionTimestamp != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, driverkit.ReasonClassDeleting, "the class is being deleted"
 	}
 	orig := class.DeepCopy()
 	if !meta.SetStatusCondition(&class.Status.Conditions, cond) {
@@ -115,29 +109,21 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if claim.Annotations[ipamv1.AnnotationProvisioner] != d.Name || claim.DeletionTimestamp != nil ||
-		claim.Status.ClassName == "" || claim.Status.Phase == ipamv1.ClaimBound || claim.Status.Phase == ipamv1.ClaimLost {
+	if !driverkit.NeedsProvisioning(&claim, d.Name) {
 		return reconcile.Result{}, nil
 	}
 	var class ipamv1.IPAddressClass
 	if err := d.client.Get(ctx, types.NamespacedName{Name: claim.Status.ClassName}, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if class.Spec.Provisioner != d.Name || !meta.IsStatusConditionTrue(class.Status.Conditions, ipamv1.ConditionAccepted) {
+	if !driverkit.ClassProvisions(&class, d.Name) {
 		return reconcile.Result{}, nil
 	}
 	var bound ipamv1.IPAddressList
 	if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
-	have := map[ipamv1.IPFamily]bool{}
-	for _, a := range bound.Items {
-		if ref := a.Spec.ClaimRef; ref.UID == "" || ref.UID == claim.UID {
-			if ip, err := ipamv1.ParseCanonical(a.Spec.Address); err == nil {
-				have[ipamv1.FamilyOf(ip)] = true
-			}
-		}
-	}
+	have := driverkit.FamiliesPresent(&claim, bound.Items)
 	for _, fam := range claim.Spec.Family.Families() {
 		key := string(claim.UID) + "/" + string(fam)
 		if have[fam] {
@@ -163,10 +149,6 @@ func (d *Driver) provision(ctx context.Context, claim *ipamv1.IPAddressClaim, cl
 	if fam == ipamv1.IPv6 {
 		prefix = d.IPv6
 	}
-	policy := class.Spec.ReclaimPolicy
-	if policy == "" {
-		policy = ipamv1.ReclaimRetain
-	}
 	for ip := prefix.Masked().Addr(); prefix.Contains(ip); ip = ip.Next() {
 		name := ipamv1.AddressName(ip)
 		var existing ipamv1.IPAddress
@@ -175,16 +157,7 @@ func (d *Driver) provision(ctx context.Context, claim *ipamv1.IPAddressClaim, cl
 		} else if !apierrors.IsNotFound(err) {
 			return err
 		}
-		a := &ipamv1.IPAddress{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{d.Finalizer()}},
-			Spec: ipamv1.IPAddressSpec{
-				Address:       ip.String(),
-				ClassName:     class.Name,
-				ReclaimPolicy: policy,
-				ClaimRef:      &ipamv1.ClaimReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
-			},
-		}
-		err := d.client.Create(ctx, a)
+		err := d.client.Create(ctx, driverkit.PreBoundAddress(ip, class, claim, d.Finalizer()))
 		if apierrors.IsAlreadyExists(err) {
 			continue
 		}
@@ -203,13 +176,13 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	if err := d.client.Get(ctx, req.NamespacedName, &a); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if a.DeletionTimestamp == nil || !slices.Contains(a.Finalizers, d.Finalizer()) {
+	if !driverkit.TeardownMayStart(&a) {
 		return reconcile.Result{}, nil
 	}
-	// Teardown: nothing to release in memory; a real driver frees the IP here.
-	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(&a, d.Finalizer())
-	return reconcile.Result{}, client.IgnoreNotFound(d.client.Patch(ctx, &a, patch))
+	// Teardown, once the core let go: nothing to release in memory; a real driver frees the IP
+	// here, before its finalizer goes.
+	_, err := driverkit.RemoveFinalizer(ctx, d.client, &a, d.Finalizer())
+	return reconcile.Result{}, err
 }
 
 func (d *Driver) remember(key string) {

@@ -60,7 +60,7 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge}
-	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace)
+	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace, *metallbNS)
 	if err := d.Metrics.Register(metrics.Registry); err != nil {
 		log.Error(err, "registering metrics")
 		os.Exit(1)

@@ -16,12 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
 // Reasons of a refused class.
 const (
-	ReasonAccepted           = "Accepted"
+	ReasonAccepted           = driverkit.ReasonAccepted
+	ReasonClassDeleting      = driverkit.ReasonClassDeleting
 	ReasonPoolNotSet         = "PoolNotSet"
 	ReasonPoolNotFound       = "PoolNotFound"
 	ReasonPoolAutoAssigns    = "PoolAutoAssigns"
@@ -34,6 +36,8 @@ const (
 func classVerdict(class *ipamv1.IPAddressClass, pool *metallb.IPAddressPool, rivals []ipamv1.IPAddressClass, namespace string) (reason, message string) {
 	name := class.Spec.Parameters[ClassParameterPool]
 	switch {
+	case class.DeletionTimestamp != nil:
+		return ReasonClassDeleting, "the class is being deleted: it gets no new addresses; existing ones stay held until deleted"
 	case name == "":
 		return ReasonPoolNotSet, "parameters.pool must name a MetalLB IPAddressPool in " + namespace
 	case pool == nil:
@@ -95,7 +99,7 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if class.Spec.Provisioner != Provisioner || class.DeletionTimestamp != nil {
+	if class.Spec.Provisioner != Provisioner {
 		return reconcile.Result{}, nil
 	}
 	poolName := class.Spec.Parameters[ClassParameterPool]
@@ -131,10 +135,10 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {
 		return reconcile.Result{}, err
 	}
-	if status == metav1.ConditionFalse && (prev == nil || prev.Reason != reason) {
-		d.recorder.Eventf(&class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
+	if status == metav1.ConditionFalse && reason != ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
+		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
 	} else if status == metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue) {
-		d.recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
+		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
 	}
 	return reconcile.Result{}, nil
 }

@@ -2,16 +2,27 @@ package driver
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
+
+// The driver is four reconcilers, each of the same shape: read a snapshot (snapshot*.go),
+// call a pure planner that returns the writes (plan_*.go, table-tested), apply the writes in
+// the documented crash-safe order.
+//
+//   - class.go        classes: Accepted (or refused) from the pool they name.
+//   - claim.go        provisioning: placeholders for a stamped claim, the IPAddress once MetalLB
+//                     served one.
+//   - address.go      addresses: the hold invariant, Lost, Conflict, ending dead attachments,
+//                     and teardown once the core let go.
+//   - service.go      tenant Services: attach to a linked claim's addresses, detach.
 
 // Driver is the MetalLB driver's set of controllers.
 type Driver struct {
@@ -27,26 +38,26 @@ type Driver struct {
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
 
-	client   client.Client
+	client client.Client
+	// reader reads the apiserver directly: only to confirm what the cache does not show yet of
+	// the driver's own writes.
 	reader   client.Reader
-	recorder events.EventRecorder
-
-	// said remembers the last warning given per object, so a condition that lasts is reported
-	// once, not on every pass.
-	said sync.Map
-	// firstSeen records when a stamped claim was first seen, for the provisioning latency metric.
-	firstSeen sync.Map
+	announce *driverkit.Announcer
+	expect   *expectations
+	now      func() time.Time
 }
 
 // SetupWithManager registers the indexes and every controller of the driver.
 func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.client, d.reader = mgr.GetClient(), mgr.GetAPIReader()
-	d.recorder = mgr.GetEventRecorder("metallb-iad")
+	d.announce = &driverkit.Announcer{Recorder: mgr.GetEventRecorder("metallb-iad")}
+	d.expect = newExpectations(time.Minute)
+	d.now = time.Now
 	if d.NudgeAfter == 0 {
 		d.NudgeAfter = 3 * time.Second
 	}
 	if d.Metrics == nil {
-		d.Metrics = NewMetrics(mgr.GetCache(), d.Namespace)
+		d.Metrics = NewMetrics(mgr.GetCache(), d.Namespace, d.MetalLBNamespace)
 	}
 	if err := setupIndexes(ctx, mgr); err != nil {
 		return err
@@ -59,84 +70,40 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
+// controllerOptions: the failure backoff is capped at a minute like every scheduled re-check
+// (DESIGN §5a), instead of client-go's default of about 17 minutes.
 func (d *Driver) controllerOptions() controller.Options {
-	return controller.Options{MaxConcurrentReconciles: max(d.Workers, 1)}
-}
-
-// warnOnce emits a Warning event unless the same one was the last said about the object.
-func (d *Driver) warnOnce(obj client.Object, reason, format string, args ...any) {
-	key := string(obj.GetUID()) + "/" + reason
-	msg := reason + ":" + format
-	if prev, ok := d.said.Load(key); ok && prev.(string) == msg {
-		return
-	}
-	d.said.Store(key, msg)
-	d.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", format, args...)
-}
-
-// forget clears warnOnce's memory of a reason, so it is said again if it comes back.
-func (d *Driver) forget(obj client.Object, reason string) {
-	d.said.Delete(string(obj.GetUID()) + "/" + reason)
-}
-
-// Metrics are the driver's Prometheus metrics.
-type Metrics struct {
-	reader      client.Reader
-	namespace   string
-	served      prometheus.Histogram
-	placeholder *prometheus.Desc
-	attached    *prometheus.Desc
-	conflicts   *prometheus.Desc
-}
-
-// NewMetrics creates the metrics; gauges are read from the cache at scrape time.
-func NewMetrics(reader client.Reader, namespace string) *Metrics {
-	return &Metrics{
-		reader:    reader,
-		namespace: namespace,
-		served: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "metallb_iad_provision_duration_seconds",
-			Help:    "Time from first seeing a claim stamped for this driver until MetalLB served its address.",
-			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
-		}),
-		placeholder: prometheus.NewDesc("metallb_iad_placeholders", "Placeholder Services by role (provisioning, hold).", []string{"role"}, nil),
-		attached:    prometheus.NewDesc("metallb_iad_attached_addresses", "Reserved addresses attached to a tenant Service.", nil, nil),
-		conflicts:   prometheus.NewDesc("metallb_iad_conflicts", "Reserved addresses some other Service holds.", nil, nil),
+	return controller.Options{
+		MaxConcurrentReconciles: max(d.Workers, 1),
+		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, driverkit.MaxRecheck),
 	}
 }
 
-// Register adds the metrics to a registry.
-func (m *Metrics) Register(reg prometheus.Registerer) error {
-	if err := reg.Register(m.served); err != nil {
-		return err
-	}
-	return reg.Register(m)
+// event is one event a plan asks for. Once-events are said through the Announcer: again only
+// when their message changes.
+type event struct {
+	obj     client.Object
+	warning bool
+	reason  string
+	message string
+	once    bool
+	// topic, when set, is what the Announcer remembers the message under instead of the
+	// reason (one reason said about several addresses on the same object).
+	topic string
 }
 
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	ch <- m.placeholder
-	ch <- m.attached
-	ch <- m.conflicts
-}
-
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var svcs corev1.ServiceList
-	if err := m.reader.List(ctx, &svcs, client.InNamespace(m.namespace)); err == nil {
-		byRole := map[string]int{RoleProvisioning: 0, RoleHold: 0}
-		for _, s := range svcs.Items {
-			if r := s.Labels[LabelRole]; r != "" {
-				byRole[r]++
-			}
+func (d *Driver) emit(evs []event) {
+	for _, e := range evs {
+		typ := "Normal"
+		if e.warning {
+			typ = "Warning"
 		}
-		for r, n := range byRole {
-			ch <- prometheus.MustNewConstMetric(m.placeholder, prometheus.GaugeValue, float64(n), r)
+		if e.once && e.topic != "" {
+			d.announce.SayAbout(e.obj, e.topic, nil, typ, e.reason, e.reason, e.message)
+		} else if e.once {
+			d.announce.Say(e.obj, nil, typ, e.reason, e.reason, e.message)
+		} else {
+			d.announce.Recorder.Eventf(e.obj, nil, typ, e.reason, e.reason, "%s", e.message)
 		}
-	}
-	attached, conflicts, err := countAddresses(ctx, m.reader)
-	if err == nil {
-		ch <- prometheus.MustNewConstMetric(m.attached, prometheus.GaugeValue, float64(attached))
-		ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.GaugeValue, float64(conflicts))
 	}
 }

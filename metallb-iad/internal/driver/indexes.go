@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,10 @@ const (
 	indexAttachedTo = "metallb-iad.attachedTo"
 	// indexClassPool keys a class of this driver by its pool parameter.
 	indexClassPool = "metallb-iad.classPool"
+	// indexIngressIP keys a Service by each IP of its load-balancer ingress.
+	indexIngressIP = "metallb-iad.ingressIP"
+	// indexExternalIP keys a Service by each IP of its spec.externalIPs.
+	indexExternalIP = "metallb-iad.externalIP"
 )
 
 func setupIndexes(ctx context.Context, mgr manager.Manager) error {
@@ -76,10 +81,24 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 			}
 			return []string{c.Spec.Parameters[ClassParameterPool]}
 		}},
+		{&corev1.Service{}, indexIngressIP, func(o client.Object) []string {
+			return ipStrings(IngressIPs(o.(*corev1.Service)))
+		}},
+		{&corev1.Service{}, indexExternalIP, func(o client.Object) []string {
+			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+		}},
 	} {
 		if err := idx.IndexField(ctx, f.obj, f.field, f.fn); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func ipStrings(ips []netip.Addr) []string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
 }

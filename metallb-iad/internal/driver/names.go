@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
@@ -167,4 +168,60 @@ func ForeignPins(svc *corev1.Service) []string {
 		out = append(out, "spec.loadBalancerIP")
 	}
 	return out
+}
+
+// HoldService is the placeholder that holds an existing address: pinned to its IP in the class's
+// pool, labelled with the address's name.
+func HoldService(namespace, address string, ip netip.Addr, pool string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      HoldName(address),
+			Namespace: namespace,
+			Labels:    map[string]string{LabelRole: RoleHold, LabelAddress: address},
+			Annotations: map[string]string{
+				metallb.AnnotationAddressPool:     pool,
+				metallb.AnnotationLoadBalancerIPs: ip.String(),
+			},
+		},
+		Spec: PlaceholderSpec(ipamv1.FamilyOf(ip)),
+	}
+}
+
+// parseIPList parses a comma-separated list of IPs (a loadBalancerIPs pin), skipping what is
+// not an IP; the result is canonical, so that "2001:0db8::7" and "2001:db8::7" compare equal.
+func parseIPList(s string) []netip.Addr {
+	var out []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// PinIPs are the IPs a Service's metallb.io/loadBalancerIPs pin requests.
+func PinIPs(svc *corev1.Service) []netip.Addr {
+	return parseIPList(svc.Annotations[metallb.AnnotationLoadBalancerIPs])
+}
+
+// ExternalIPs are the parsed IPs of a Service's spec.externalIPs.
+func ExternalIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range svc.Spec.ExternalIPs {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// sameIPs reports whether two lists hold the same addresses, in any order.
+func sameIPs(a, b []netip.Addr) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(x, netip.Addr.Compare)
+	slices.SortFunc(y, netip.Addr.Compare)
+	return slices.Equal(x, y)
 }

@@ -134,13 +134,15 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 			Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}},
+			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}},
+			ExternalIPs: []string{"203.0.113.9"}},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}}},
 	}
 	out, _ := servicecache.Strip(in)
 	s := out.(*corev1.Service)
 	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations["a"] != "1" ||
-		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 {
+		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 ||
+		len(s.Spec.ExternalIPs) != 1 {
 		t.Fatalf("lost a field the driver reads: %+v", s)
 	}
 	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil {

@@ -1,9 +1,14 @@
 package driver
 
-// The driver's permissions, from which `make generate` writes config/rbac/role.yaml. It reads
-// claims but never writes them; it creates addresses (pre-bound) and writes only their driver
-// status and its own finalizer; it manages Services (placeholders in its namespace, pins on
-// tenant Services) and reads MetalLB's pools.
+// The driver's permissions, from which `make generate` writes config/rbac/role.yaml: one
+// ClusterRole and two namespaced Roles. The namespaces in the namespaced markers are the
+// Cozystack defaults; the chart renders those Roles into the release namespace and into
+// .Values.metallbNamespace.
+//
+// Cluster-wide: it reads claims but never writes them; it creates addresses (pre-bound) and
+// writes only their driver status and its own finalizer; it watches every Service and patches
+// tenant Services (pin, unpin, releasing the IP through services/status) — never creates or
+// deletes one outside its namespace; it records events on the objects it reports about.
 //
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses/status,verbs=get;patch;update
@@ -11,10 +16,23 @@ package driver
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses,verbs=get;list;watch;create;patch;update
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;update;delete
-// +kubebuilder:rbac:groups="",resources=services/status,verbs=get;patch;update
-// +kubebuilder:rbac:groups=metallb.io,resources=ipaddresspools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=services/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
-// Leader election needs leases in the controller's own namespace only: the chart grants that
-// with a Role.
+// In its own namespace: placeholder Services are created and deleted there only; leader
+// election's Lease and its events (core group).
+//
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=services,verbs=create;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=cozy-metallb-iad,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch
+//
+// In MetalLB's namespace: its pools, read only.
+//
+// +kubebuilder:rbac:groups=metallb.io,namespace=cozy-metallb,resources=ipaddresspools,verbs=get;list;watch
+
+// Namespaces the namespaced markers above name; the chart substitutes the real ones.
+const (
+	RBACDriverNamespace  = "cozy-metallb-iad"
+	RBACMetalLBNamespace = "cozy-metallb"
+)

@@ -3,11 +3,13 @@ package driver
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -42,14 +45,10 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 func (d *Driver) servicesLinkedTo(ctx context.Context, namespace, claim string) []reconcile.Request {
 	var svcs corev1.ServiceList
 	if err := d.client.List(ctx, &svcs, client.InNamespace(namespace),
-		client.MatchingFields{indexServiceLink: namespace + "/" + claim}); err != nil {
+		client.MatchingFields{indexServiceLink: namespace + "/" + claim}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(svcs.Items))
-	for _, s := range svcs.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
-	}
-	return reqs
+	return driverkit.Requests(svcs.Items)
 }
 
 // linkedClaim applies the link rule to a Service and returns the claim it links to, in any
@@ -70,129 +69,146 @@ func (d *Driver) linkedClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.
 		}
 		return nil, fmt.Sprintf("IPAddressClaim %s/%s does not exist", svc.Namespace, name), nil
 	}
-	if (auto && claim.Annotations[ipamv1.AnnotationAutoClaim] != "true") || claim.DeletionTimestamp != nil {
+	if claim.DeletionTimestamp != nil || (auto && !autoClaimOf(&claim, svc)) {
 		return nil, "", nil
 	}
 	return &claim, "", nil
 }
 
-// linkedBoundClaim is linkedClaim, but only a Bound claim counts.
-func (d *Driver) linkedBoundClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.IPAddressClaim, string, error) {
-	claim, why, err := d.linkedClaim(ctx, svc)
-	if claim == nil || err != nil {
-		return nil, why, err
+// autoClaimOf reports whether a claim of the Service's name is the Service's auto-claim: it
+// carries the auto-claim annotation and, while it has a controller, that controller is this very
+// Service (a re-created Service of the same name does not use the dying claim of the old one).
+func autoClaimOf(claim *ipamv1.IPAddressClaim, svc *corev1.Service) bool {
+	if claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+		return false
 	}
-	if claim.Status.Phase != ipamv1.ClaimBound {
-		return nil, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet", svc.Namespace, claim.Name, orPending(claim.Status.Phase)), nil
+	if owner := metav1.GetControllerOf(claim); owner != nil && owner.Kind == "Service" && owner.UID != svc.UID {
+		return false
 	}
-	return claim, "", nil
+	return true
 }
 
-func orPending(p ipamv1.ClaimPhase) string {
-	if p == "" {
-		return string(ipamv1.ClaimPending)
-	}
-	return string(p)
-}
-
-// reconcileService attaches a Service to the addresses of the claim it links to, or detaches it.
-// Attach order, safe at every crash point: record attachedTo on the addresses (whoever records
-// first wins the 1:1 race), delete their hold placeholders, then pin the Service.
+// reconcileService: snapshot → planAttach → writes.
 func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var svc corev1.Service
 	if err := d.client.Get(ctx, req.NamespacedName, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			d.announce.Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if svc.Namespace == d.Namespace && svc.Labels[LabelRole] != "" {
-		return reconcile.Result{}, nil // a placeholder
-	}
-	claim, why, err := d.linkedBoundClaim(ctx, &svc)
+	v, err := d.attachSnapshot(ctx, &svc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if claim == nil {
-		if why != "" {
-			d.warnOnce(&svc, "ClaimNotReady", "%s; the Service gets its address once the claim is Bound", why)
-		}
-		return reconcile.Result{}, d.detach(ctx, &svc)
-	}
-	d.forget(&svc, "ClaimNotReady")
-	if !FamiliesFit(&svc, claim.Spec.Family) {
-		d.warnOnce(&svc, "FamilyMismatch", "the Service's IP families %v do not match claim %s (%s); set spec.ipFamilies and spec.ipFamilyPolicy to match",
-			svc.Spec.IPFamilies, claim.Name, claim.Spec.Family)
-		return reconcile.Result{}, d.detach(ctx, &svc)
-	}
-	d.forget(&svc, "FamilyMismatch")
-	want := PinValue(claim.Status.Addresses)
-	if foreign := ForeignPins(&svc); len(foreign) > 0 {
-		// An admin pinned exactly the claim's addresses by hand: adopt the pin (the Service
-		// keeps its address throughout). Anything else is not ours to overwrite.
-		if !(len(foreign) == 1 && foreign[0] == metallb.AnnotationLoadBalancerIPs && svc.Annotations[metallb.AnnotationLoadBalancerIPs] == want) {
-			d.warnOnce(&svc, "ForeignPin", "the Service already requests addresses through %s; remove it to use claim %s",
-				strings.Join(foreign, ", "), claim.Name)
-			return reconcile.Result{}, nil
-		}
-	}
-	d.forget(&svc, "ForeignPin")
+	p := planAttach(v)
+	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAttachPlan(ctx, &svc, p)
+}
 
-	addrs := make([]*ipamv1.IPAddress, 0, len(claim.Status.Addresses))
+func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attachView, error) {
+	v := attachView{svc: svc, now: d.now(), placeholder: svc.Namespace == d.Namespace && svc.Labels[LabelRole] != ""}
+	if v.placeholder {
+		return v, nil
+	}
+	var attached ipamv1.IPAddressList
+	if err := d.client.List(ctx, &attached, client.MatchingFields{indexAttachedTo: svc.Namespace + "/" + svc.Name}); err != nil {
+		return v, err
+	}
+	for i := range attached.Items {
+		if a := &attached.Items[i]; attachedTo(a.Status.AttachedTo, svc) {
+			v.attachedHere = append(v.attachedHere, a)
+		}
+	}
+	claim, why, err := d.linkedClaim(ctx, svc)
+	if err != nil || claim == nil {
+		v.why = why
+		return v, err
+	}
+	v.claim = claim
+	v.servable = map[string]bool{}
+	v.elsewhere = map[string]bool{}
 	for _, ca := range claim.Status.Addresses {
 		var a ipamv1.IPAddress
 		if err := d.client.Get(ctx, types.NamespacedName{Name: ca.Name}, &a); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
-		if at := a.Status.AttachedTo; at != nil && !(at.Namespace == svc.Namespace && at.Name == svc.Name && at.UID == svc.UID) {
-			d.warnOnce(&svc, "ClaimInUse", "claim %s is already used by Service %s/%s; a claim serves one Service",
-				claim.Name, at.Namespace, at.Name)
-			return reconcile.Result{}, d.detach(ctx, &svc)
-		}
-		addrs = append(addrs, &a)
-	}
-	d.forget(&svc, "ClaimInUse")
-
-	// 1. Record the attachment; the optimistic lock lets exactly one Service win.
-	for _, a := range addrs {
-		if a.Status.AttachedTo != nil {
+			if !apierrors.IsNotFound(err) {
+				return v, err
+			}
+			v.addrs = append(v.addrs, nil)
 			continue
 		}
-		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		v.addrs = append(v.addrs, &a)
+		var class ipamv1.IPAddressClass
+		if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
+			v.servable[a.Name] = class.Spec.Provisioner == Provisioner
+		} else if !apierrors.IsNotFound(err) {
+			return v, err
+		}
+		if at := a.Status.AttachedTo; at != nil && !(at.Namespace == svc.Namespace && at.Name == svc.Name) {
+			var other corev1.Service
+			err := d.client.Get(ctx, types.NamespacedName{Namespace: at.Namespace, Name: at.Name}, &other)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return v, err
+			}
+			v.elsewhere[a.Name] = err == nil && (at.UID == "" || other.UID == at.UID)
+		}
+		holds, err := d.holdsOf(ctx, a.Name)
+		if err != nil {
+			return v, err
+		}
+		v.holds = append(v.holds, holds...)
+	}
+	return v, nil
+}
+
+func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p attachPlan) error {
+	for _, r := range p.clear {
+		d.announce.Clear(svc, r)
+	}
+	if p.detach {
+		if err := d.detach(ctx, svc); err != nil {
+			return err
+		}
+	}
+	// 1. Record the attachment; the optimistic lock lets exactly one Service win.
+	for _, a := range p.attach {
+		orig := a.DeepCopy()
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID}
-		if err := d.client.Status().Patch(ctx, a, patch); err != nil {
-			return reconcile.Result{}, err
+		setCondition(a, &a.Status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(svc))
+		if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
 		}
 	}
 	// 2. Release the holds.
-	for _, a := range addrs {
-		holds, err := d.holdsOf(ctx, a.Name)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		for i := range holds {
-			if err := d.client.Delete(ctx, &holds[i]); client.IgnoreNotFound(err) != nil {
-				return reconcile.Result{}, err
-			}
+	for _, s := range p.deleteHolds {
+		if err := d.deleteService(ctx, s); err != nil {
+			return err
 		}
 	}
 	// 3. Pin the Service.
-	if svc.Annotations[metallb.AnnotationLoadBalancerIPs] != want || svc.Annotations[AnnotationPinned] != "true" ||
-		svc.Annotations[AnnotationReleasing] != "" {
+	if p.pin != "" {
 		patch := client.MergeFrom(svc.DeepCopy())
 		if svc.Annotations == nil {
 			svc.Annotations = map[string]string{}
 		}
-		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = want
+		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.pin
 		svc.Annotations[AnnotationPinned] = "true"
 		delete(svc.Annotations, AnnotationReleasing)
-		if err := d.client.Patch(ctx, &svc, patch); err != nil {
-			return reconcile.Result{}, err
+		if err := d.client.Patch(ctx, svc, patch); err != nil {
+			return err
 		}
-		d.recorder.Eventf(&svc, nil, corev1.EventTypeNormal, "Attached", "Attach", "pinned to %s from claim %s", want, claim.Name)
 	}
-	return reconcile.Result{}, nil
+	// 4. A re-link: the addresses of the claim the Service left are held again.
+	for _, a := range p.unattach {
+		if err := d.clearAttachment(ctx, a); err != nil {
+			return err
+		}
+	}
+	d.emit(p.events)
+	return nil
 }
 
 // detach ends a Service's attachment: its pin goes, MetalLB is made to let go of the address,
-// and the addresses are held by placeholders again (by the address controller).
+// and the addresses are held by placeholders again (by the address reconciler).
 func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 	if err := d.unpin(ctx, svc); err != nil {
 		return err
@@ -202,18 +218,24 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 		return err
 	}
 	for i := range attached.Items {
-		a := &attached.Items[i]
-		if a.Status.AttachedTo.UID != "" && a.Status.AttachedTo.UID != svc.UID {
-			continue
+		if a := &attached.Items[i]; attachedTo(a.Status.AttachedTo, svc) {
+			if err := d.clearAttachment(ctx, a); err != nil {
+				return err
+			}
 		}
-		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		a.Status.AttachedTo = nil
-		if err := d.client.Status().Patch(ctx, a, patch); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		d.recorder.Eventf(a, nil, corev1.EventTypeNormal, "Detached", "Detach",
-			"no longer attached to Service %s/%s; held by a placeholder again", svc.Namespace, svc.Name)
 	}
+	return nil
+}
+
+func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error {
+	at := a.Status.AttachedTo
+	orig := a.DeepCopy()
+	a.Status.AttachedTo = nil
+	if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	d.announce.Recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
+		"no longer attached to Service %s/%s; held by a placeholder again", at.Namespace, at.Name)
 	return nil
 }
 
@@ -221,7 +243,8 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 // the address: MetalLB keeps a Service's current IP while it stays valid, and drops its state
 // for a Service whose ingress is empty. The IPs being released are recorded on the Service in
 // the same write that removes the pin, so a crash between the steps is finished on restart and
-// never clears an address MetalLB assigned afterwards.
+// never clears an address MetalLB assigned afterwards; while recorded, the IPs are not a
+// Conflict.
 func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 	releasing := svc.Annotations[AnnotationReleasing]
 	if svc.Annotations[AnnotationPinned] == "true" {
@@ -237,8 +260,8 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 	if _, ok := svc.Annotations[AnnotationReleasing]; !ok {
 		return nil
 	}
-	released := strings.Split(releasing, ",")
-	if slices.ContainsFunc(ingressStrings(svc), func(ip string) bool { return slices.Contains(released, ip) }) {
+	released := parseIPList(releasing)
+	if slices.ContainsFunc(IngressIPs(svc), func(ip netip.Addr) bool { return slices.Contains(released, ip) }) {
 		status := client.MergeFrom(svc.DeepCopy())
 		svc.Status.LoadBalancer.Ingress = nil
 		if err := d.client.Status().Patch(ctx, svc, status); err != nil {
@@ -250,14 +273,7 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 	if err := d.client.Patch(ctx, svc, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	d.recorder.Eventf(svc, nil, corev1.EventTypeNormal, "Detached", "Detach", "unpinned %s; the claim keeps the address", releasing)
+	d.announce.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
+		"unpinned %s; the claim keeps the address", strings.ReplaceAll(releasing, ",", ", "))
 	return nil
-}
-
-func ingressStrings(svc *corev1.Service) []string {
-	var out []string
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		out = append(out, in.IP)
-	}
-	return out
 }

@@ -1,0 +1,487 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Each test here reproduces a defect of issue 10 (or 16) on a real apiserver; each failed on the
+// driver before its rebuild.
+
+func newNamespace(t *testing.T, name string) string {
+	t.Helper()
+	if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// attachedService creates a tenant Service naming the claim and waits until it serves ip.
+func attachedService(t *testing.T, ns, name, claim, ip string) *corev1.Service {
+	t.Helper()
+	s := tenantService(ns, name, map[string]string{ipamv1.AnnotationServiceClaim: claim})
+	if err := admin.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceIngress(t, ns, name, ip)
+	eventually(t, "the address to be attached to "+name, func() (bool, error) {
+		a := getAddress(t, ipamv1.AddressName(netip.MustParseAddr(ip)))
+		return a.Status.AttachedTo != nil && a.Status.AttachedTo.Name == name, nil
+	})
+	return s
+}
+
+// Defect 1: deleting a Bound address while the core protects it changes nothing for the IP;
+// teardown starts once the core lets go.
+func TestDeletingAProtectedAddressKeepsItsIP(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "d1", "203.0.113.16/28")
+	startFakeMetalLB(t, "d1", netip.MustParsePrefix("203.0.113.16/28"))
+	ns := newNamespace(t, "d1")
+	const ip = "203.0.113.20"
+	_, addr := boundClaimWithAddress(t, ns, "c", "d1", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+
+	if err := admin.Delete(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	consistently(t, 3*time.Second, "the hold to keep the IP while the core protects the address", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &s); err != nil {
+			return false, err
+		}
+		a := getAddress(t, addr.Name)
+		return s.DeletionTimestamp == nil && s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && len(a.Finalizers) == 2, nil
+	})
+	releaseByCore(t, addr.Name)
+	eventually(t, "teardown: the hold and the address gone", func() (bool, error) {
+		var s corev1.Service
+		errS := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &s)
+		var a ipamv1.IPAddress
+		errA := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &a)
+		return client.IgnoreNotFound(errS) == nil && errS != nil && client.IgnoreNotFound(errA) == nil && errA != nil, nil
+	})
+}
+
+// Defect 2: a hold whose address does not exist is swept.
+func TestOrphanedHoldIsSwept(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	name := ipamv1.AddressName(netip.MustParseAddr("203.0.113.250"))
+	orphan := HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere")
+	if err := admin.Create(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the orphaned hold to be deleted", func() (bool, error) {
+		err := admin.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Service{})
+		return err != nil && client.IgnoreNotFound(err) == nil, nil
+	})
+}
+
+// Defect 3: one placeholder per claim family, however the cache lags: many claims provisioned
+// at once through a MetalLB stand-in create exactly one placeholder each.
+func TestOnePlaceholderPerClaimFamily(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	const n = 40
+	newPoolClass(t, "dup", "198.18.0.0/24")
+	startFakeMetalLB(t, "dup", netip.MustParsePrefix("198.18.0.0/24"))
+	ns := newNamespace(t, "dup")
+
+	w, err := kubeWatchServices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	created := map[string]int{} // claim uid -> provisioning placeholders created
+	placeholders := 0           // every placeholder created in the driver's namespace, any role
+	go func() {
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*corev1.Service)
+			if !ok || ev.Type != watch.Added || s.Annotations[metallb.AnnotationAddressPool] != "dup" {
+				continue
+			}
+			mu.Lock()
+			placeholders++
+			if s.Labels[LabelRole] == RoleProvisioning {
+				created[s.Labels[LabelClaimUID]]++
+			}
+			mu.Unlock()
+		}
+	}()
+	defer w.Stop()
+
+	before := writesSnapshot()
+	var claims []*ipamv1.IPAddressClaim
+	for i := range n {
+		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
+			Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: "dup", Family: ipamv1.IPv4}}
+		if err := admin.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		c.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "dup"}
+		if err := admin.Status().Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, c)
+	}
+	eventually(t, "an address for every claim", func() (bool, error) {
+		var addrs ipamv1.IPAddressList
+		if err := admin.List(ctx, &addrs); err != nil {
+			return false, err
+		}
+		got := 0
+		for _, a := range addrs.Items {
+			if a.Spec.ClassName == "dup" {
+				got++
+			}
+		}
+		return got == n, nil
+	})
+	// The claims stay Pending (no core here): give the driver time to do anything more.
+	time.Sleep(2 * time.Second)
+	after := writesSnapshot()
+	var total int64
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			total += d
+			t.Logf("driver writes %-28s %4d (%.2f per address)", k, d, float64(d)/n)
+		}
+	}
+	t.Logf("driver writes per provisioned address: %.2f", float64(total)/n)
+	// Placeholder create, address create, pin+relabel, the address's Held status: 4.
+	if float64(total)/n > 4 {
+		t.Errorf("the driver made %.2f writes per provisioned address, want at most 4", float64(total)/n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	extra := 0
+	for _, c := range claims {
+		if created[string(c.UID)] != 1 {
+			extra += created[string(c.UID)] - 1
+		}
+	}
+	if placeholders != n {
+		t.Errorf("%d claims caused %d placeholder Services (provisioning and hold), want exactly %d", n, placeholders, n)
+	}
+	if extra != 0 {
+		t.Fatalf("%d claims caused %d provisioning placeholders (%d more than needed): %v", n, n+extra, extra, created)
+	}
+	var addrs ipamv1.IPAddressList
+	if err := admin.List(ctx, &addrs); err != nil {
+		t.Fatal(err)
+	}
+	perClaim := map[string]int{}
+	for _, a := range addrs.Items {
+		if a.Spec.ClassName == "dup" {
+			perClaim[a.Spec.ClaimRef.Name]++
+		}
+	}
+	for c, k := range perClaim {
+		if k != 1 {
+			t.Fatalf("claim %s got %d addresses", c, k)
+		}
+	}
+}
+
+// Defects 4 and 5: re-linking a Service from claim A to claim B ends with B's address on the
+// Service and A's held again, with no Conflict and no driver Warning on the way; detaching leaves
+// no false Conflict either.
+func TestRelinkAndDetachWithoutConflict(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "relink", "203.0.113.32/28")
+	// MetalLB moves a Service to its new pin only after a while, as the real one does under load.
+	startSlowFakeMetalLB(t, "relink", netip.MustParsePrefix("203.0.113.32/28"), 700*time.Millisecond)
+	ns := newNamespace(t, "relink")
+	const ipA, ipB = "203.0.113.33", "203.0.113.34"
+	_, a := boundClaimWithAddress(t, ns, "a", "relink", ipA)
+	_, b := boundClaimWithAddress(t, ns, "b", "relink", ipB)
+	waitHeldByPlaceholder(t, a.Name, ipA)
+	waitHeldByPlaceholder(t, b.Name, ipB)
+	svc := attachedService(t, ns, "web", "a", ipA)
+
+	noConflict := func() (bool, error) {
+		for _, n := range []string{a.Name, b.Name} {
+			c, err := addressCondition(n, ipamv1.ConditionConflict)
+			if err != nil || (c != nil && c.Status == metav1.ConditionTrue) {
+				return false, fmt.Errorf("%s: Conflict %+v (%v)", n, c, err)
+			}
+		}
+		return true, nil
+	}
+	// From here the driver's cache lags its own writes, as on a loaded apiserver: decisions must
+	// rest on a view that includes them.
+	withWatchLag(t, 150*time.Millisecond)
+	var s corev1.Service
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[ipamv1.AnnotationServiceClaim] = "b"
+	if err := admin.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	consistently(t, 3*time.Second, "no Conflict during the re-link", noConflict)
+	waitServiceIngress(t, ns, "web", ipB)
+	waitHeldByPlaceholder(t, a.Name, ipA)
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Annotations[metallb.AnnotationLoadBalancerIPs] != ipB || getAddress(t, b.Name).Status.AttachedTo == nil {
+		t.Fatalf("not attached to B: %v / %+v", s.Annotations, getAddress(t, b.Name).Status.AttachedTo)
+	}
+	for _, e := range driverEvents(t, ns, string(s.UID), "") {
+		if e.Type == corev1.EventTypeWarning {
+			t.Fatalf("a driver Warning during the re-link: %s %s", e.Reason, e.Note)
+		}
+	}
+
+	// Detach: the Service lets go of B; B is held again, never in Conflict.
+	delete(s.Annotations, ipamv1.AnnotationServiceClaim)
+	if err := admin.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	consistently(t, 3*time.Second, "no Conflict after the detach", noConflict)
+	waitHeldByPlaceholder(t, b.Name, ipB)
+	for _, e := range driverEvents(t, ns, string(s.UID), ReasonServiceConflict) {
+		t.Fatalf("a false conflict was reported on the detached Service: %s", e.Note)
+	}
+}
+
+// Defect 6: a pool deleted or shrunk past a reserved IP makes the address Lost; Lost clears
+// when the pool serves it again.
+func TestLostWhenThePoolNoLongerServesTheIP(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "lost", "203.0.113.64/28")
+	startFakeMetalLB(t, "lost", netip.MustParsePrefix("203.0.113.64/28"))
+	ns := newNamespace(t, "lost")
+	const ip = "203.0.113.70"
+	_, addr := boundClaimWithAddress(t, ns, "c", "lost", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	lost := func(reason string) func() (bool, error) {
+		return func() (bool, error) {
+			c, err := addressCondition(addr.Name, ipamv1.ConditionLost)
+			if reason == "" {
+				return c != nil && c.Status == metav1.ConditionFalse, err
+			}
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason && strings.Contains(c.Message, ip), err
+		}
+	}
+	var pool metallb.IPAddressPool
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testMetalLBNS, Name: "lost"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Addresses = []string{"203.0.113.72/29"} // shrunk past .70
+	if err := admin.Update(ctx, &pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Lost=True OutsidePool", lost(ReasonOutsidePool))
+	pool.Spec.Addresses = []string{"203.0.113.64/28"}
+	if err := admin.Update(ctx, &pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Lost=False once the pool includes the IP again", lost(""))
+	if err := admin.Delete(ctx, &pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Lost=True PoolNotFound", lost(ReasonPoolNotFound))
+	if len(driverEvents(t, "default", string(addr.UID), ReasonLost)) == 0 {
+		t.Fatal("no Lost warning on the address")
+	}
+}
+
+// Defect 7: a class being deleted provisions nothing and says so through Accepted.
+func TestDeletingClassProvisionsNothing(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "going", "203.0.113.144/28")
+	ns := newNamespace(t, "going")
+	var class ipamv1.IPAddressClass
+	if err := admin.Get(ctx, client.ObjectKey{Name: "going"}, &class); err != nil {
+		t.Fatal(err)
+	}
+	class.Finalizers = []string{ipamv1.FinalizerClass} // the core's, holding the class
+	if err := admin.Update(ctx, &class); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, &class); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Accepted=False ClassDeleting", func() (bool, error) {
+		c := acceptance(t, "going")
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonClassDeleting, nil
+	})
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late",
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: "going", Family: ipamv1.IPv4}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "going"}
+	if err := admin.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	consistently(t, 2*time.Second, "no placeholder for a claim of a class being deleted", func() (bool, error) {
+		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}, &corev1.Service{})
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+	class.Finalizers = nil
+	if err := admin.Get(ctx, client.ObjectKey{Name: "going"}, &class); err == nil {
+		class.Finalizers = nil
+		_ = admin.Update(ctx, &class)
+	}
+}
+
+// Defect 8: an attached Service keeps its pin while its claim is Lost.
+func TestLostClaimKeepsItsService(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "keep", "203.0.113.80/28")
+	startFakeMetalLB(t, "keep", netip.MustParsePrefix("203.0.113.80/28"))
+	ns := newNamespace(t, "keep")
+	const ip = "203.0.113.81"
+	claim, addr := boundClaimWithAddress(t, ns, "c", "keep", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	time.Sleep(time.Second) // settle, so that the count below is the attach alone
+	before := writesSnapshot()
+	svc := attachedService(t, ns, "web", "c", ip)
+	time.Sleep(time.Second)
+	var writes int64
+	for k, v := range writesSnapshot() {
+		if d := v - before[k]; d > 0 {
+			writes += d
+			t.Logf("attach: driver writes %-24s %d", k, d)
+		}
+	}
+	// Record attachedTo (with Held), delete the hold, pin the Service (DESIGN §5a: at most 3).
+	if writes > 3 {
+		t.Errorf("the attach took %d driver writes, want at most 3", writes)
+	}
+	claim.Status.Phase = ipamv1.ClaimLost
+	if err := admin.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	consistently(t, 3*time.Second, "the Service to keep its pin while the claim is Lost", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		a := getAddress(t, addr.Name)
+		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && a.Status.AttachedTo != nil, nil
+	})
+}
+
+// Defect 11: a re-created Service of the same name takes the claim over without a ClaimInUse
+// warning.
+func TestRecreatedServiceTakesOver(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "again", "203.0.113.96/28")
+	startFakeMetalLB(t, "again", netip.MustParsePrefix("203.0.113.96/28"))
+	ns := newNamespace(t, "again")
+	const ip = "203.0.113.97"
+	_, addr := boundClaimWithAddress(t, ns, "c", "again", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	old := attachedService(t, ns, "web", "c", ip)
+	if err := admin.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	fresh := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	eventually(t, "the new Service to be created", func() (bool, error) { return admin.Create(ctx, fresh) == nil, nil })
+	waitServiceIngress(t, ns, "web", ip)
+	eventually(t, "the address attached to the new Service", func() (bool, error) {
+		at := getAddress(t, addr.Name).Status.AttachedTo
+		return at != nil && at.UID == fresh.UID, nil
+	})
+	if evs := driverEvents(t, ns, string(fresh.UID), ReasonClaimInUse); len(evs) > 0 {
+		t.Fatalf("a spurious ClaimInUse on the re-created Service: %s", evs[0].Note)
+	}
+}
+
+// Defect 11 (warnOnce) and issue 16: every new wrongful holder is announced, an external IP is a
+// Conflict too, and the Conflict clears when they let go.
+func TestConflictsAnnouncedAndCleared(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "clash", "203.0.113.112/28")
+	startFakeMetalLB(t, "clash", netip.MustParsePrefix("203.0.113.112/28"))
+	ns := newNamespace(t, "clash")
+	const ip = "203.0.113.113"
+	_, addr := boundClaimWithAddress(t, ns, "c", "clash", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	conflict := func(want ...string) func() (bool, error) {
+		return func() (bool, error) {
+			c, err := addressCondition(addr.Name, ipamv1.ConditionConflict)
+			if len(want) == 0 {
+				return c == nil || c.Status == metav1.ConditionFalse, err
+			}
+			if c == nil || c.Status != metav1.ConditionTrue {
+				return false, err
+			}
+			for _, w := range want {
+				if !strings.Contains(c.Message, w) {
+					return false, err
+				}
+			}
+			return true, err
+		}
+	}
+	// An admin Service that lists the reserved IP in spec.externalIPs.
+	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		Spec: corev1.ServiceSpec{ExternalIPs: []string{ip}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := admin.Create(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Conflict naming the external-IP Service", conflict(ns+"/ext"))
+	// A second wrongful Service (its status written as MetalLB would for a shared IP).
+	thief := tenantService(ns, "thief", nil)
+	if err := admin.Create(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	thief.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+	if err := admin.Status().Update(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Conflict naming both", conflict(ns+"/ext", ns+"/thief"))
+	eventually(t, "a Conflict warning naming the second Service", func() (bool, error) {
+		for _, e := range driverEvents(t, "default", string(addr.UID), ipamv1.ConditionConflict) {
+			if strings.Contains(e.Note, ns+"/thief") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	for _, s := range []*corev1.Service{ext, thief} {
+		if len(driverEvents(t, ns, string(s.UID), ReasonServiceConflict)) == 0 {
+			t.Fatalf("no warning on %s", s.Name)
+		}
+	}
+	ext.Spec.ExternalIPs = nil
+	if err := admin.Update(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Conflict to clear", conflict())
+	if !meta.IsStatusConditionTrue(getAddress(t, addr.Name).Status.Conditions, ipamv1.ConditionHeld) {
+		t.Fatal("not held after the conflict cleared")
+	}
+}

@@ -1,0 +1,310 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Helpers for the integration tests: they play the core (claims' status, the address-protection
+// finalizer) and MetalLB (fakeMetalLB: assigns pinned IPs and first-free IPs of a pool to the
+// Services of one test's pool, as MetalLB's controller does, refusing an IP another Service
+// holds). The driver under test is the real one, on a real apiserver.
+
+// newPoolClass creates a manual pool and an accepted class of the driver naming it.
+func newPoolClass(t *testing.T, name string, addresses ...string) {
+	t.Helper()
+	ctx := context.Background()
+	no := false
+	if err := admin.Create(ctx, &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: name},
+		Spec: metallb.IPAddressPoolSpec{Addresses: addresses, AutoAssign: &no}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: name}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "class "+name+" to be accepted", func() (bool, error) {
+		c := acceptance(t, name)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+}
+
+// boundClaimWithAddress plays the core after a provisioning: an IPAddress bound to a Bound claim,
+// protected by the core's finalizer (and the driver's, as the driver creates them).
+func boundClaimWithAddress(t *testing.T, ns, name, class, ip string) (*ipamv1.IPAddressClaim, *ipamv1.IPAddress) {
+	t.Helper()
+	ctx := context.Background()
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: class, Family: ipamv1.FamilyOf(netip.MustParseAddr(ip))}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip)),
+		Finalizers: []string{ipamv1.FinalizerAddress, Finalizer}},
+		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: class, ReclaimPolicy: ipamv1.ReclaimRetain,
+			ClaimRef: &ipamv1.ClaimReference{Namespace: ns, Name: name, UID: claim.UID}}}
+	if err := admin.Create(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimBound, ClassName: class,
+		Addresses: []ipamv1.ClaimedAddress{{Name: addr.Name, Address: ip, Family: ipamv1.FamilyOf(netip.MustParseAddr(ip))}}}
+	if err := admin.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	return claim, addr
+}
+
+// releaseByCore removes the core's finalizer, as the core does once the address is not bound to
+// a live claim.
+func releaseByCore(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "the core's finalizer to go from "+name, func() (bool, error) {
+		var a ipamv1.IPAddress
+		if err := admin.Get(ctx, client.ObjectKey{Name: name}, &a); err != nil {
+			return client.IgnoreNotFound(err) == nil, nil
+		}
+		a.Finalizers = slices.DeleteFunc(a.Finalizers, func(f string) bool { return f == ipamv1.FinalizerAddress })
+		return true, admin.Update(ctx, &a)
+	})
+}
+
+func getAddress(t *testing.T, name string) *ipamv1.IPAddress {
+	t.Helper()
+	var a ipamv1.IPAddress
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: name}, &a); err != nil {
+		t.Fatal(err)
+	}
+	return &a
+}
+
+func addressCondition(name, typ string) (*metav1.Condition, error) {
+	var a ipamv1.IPAddress
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: name}, &a); err != nil {
+		return nil, err
+	}
+	return meta.FindStatusCondition(a.Status.Conditions, typ), nil
+}
+
+// waitHeldByPlaceholder waits until the address is held (Held=True) by a placeholder serving ip.
+func waitHeldByPlaceholder(t *testing.T, name, ip string) {
+	t.Helper()
+	eventually(t, name+" to be held by a placeholder", func() (bool, error) {
+		a := getAddress(t, name)
+		if a.Status.AttachedTo != nil || !meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld) {
+			return false, nil
+		}
+		var s corev1.Service
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &s); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return slices.Contains(ingress(&s), ip), nil
+	})
+}
+
+func ingress(s *corev1.Service) []string {
+	var out []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+func tenantService(ns, name string, annotations map[string]string) *corev1.Service {
+	no := false
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: &no,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+}
+
+func waitServiceIngress(t *testing.T, ns, name string, want ...string) *corev1.Service {
+	t.Helper()
+	var s corev1.Service
+	eventually(t, fmt.Sprintf("Service %s/%s to have ingress %v", ns, name, want), func() (bool, error) {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+			return false, err
+		}
+		return slices.Equal(ingress(&s), want), nil
+	})
+	return &s
+}
+
+// driverEvents lists the events the driver emitted about an object (by uid), of a reason.
+func driverEvents(t *testing.T, ns string, uid string, reason string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if string(e.Regarding.UID) == uid && (reason == "" || e.Reason == reason) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// consistently checks cond every 20ms for d; it fails the test at the first false.
+func consistently(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if err != nil || !ok {
+			t.Fatalf("%s did not hold (err: %v)", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// fakeMetalLB plays MetalLB's controller for the Services that name one pool (address-pool
+// annotation) or pin an IP of its prefix: a pin gets its IPs unless another Service holds one;
+// a pool request gets the first free IP; a Service keeps its current IP while it stays valid;
+// an IP leaves a Service whose pin no longer names it.
+type fakeMetalLB struct {
+	pool   string
+	prefix netip.Prefix
+	stop   chan struct{}
+	done   sync.WaitGroup
+	// delay is how long a change a Service asks for waits before it is made (the real
+	// MetalLB took about 0.6 s here under load); pending records since when.
+	delay   time.Duration
+	pending map[string]pendingChange
+}
+
+type pendingChange struct {
+	want  string
+	since time.Time
+}
+
+func startFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix) {
+	startSlowFakeMetalLB(t, pool, prefix, 0)
+}
+
+func startSlowFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix, delay time.Duration) {
+	f := &fakeMetalLB{pool: pool, prefix: prefix, stop: make(chan struct{}), delay: delay, pending: map[string]pendingChange{}}
+	f.done.Add(1)
+	go func() {
+		defer f.done.Done()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			f.pass()
+		}
+	}()
+	t.Cleanup(func() { close(f.stop); f.done.Wait() })
+}
+
+func (f *fakeMetalLB) mine(s *corev1.Service) bool {
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if s.Annotations[metallb.AnnotationAddressPool] == f.pool {
+		return true
+	}
+	for _, ip := range PinIPs(s) {
+		if f.prefix.Contains(ip) {
+			return true
+		}
+	}
+	for _, ip := range IngressIPs(s) {
+		if f.prefix.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *fakeMetalLB) pass() {
+	ctx := context.Background()
+	var list corev1.ServiceList
+	if err := admin.List(ctx, &list); err != nil {
+		return
+	}
+	used := map[netip.Addr]string{}
+	var mine []*corev1.Service
+	for i := range list.Items {
+		s := &list.Items[i]
+		if !f.mine(s) {
+			continue
+		}
+		mine = append(mine, s)
+		for _, ip := range IngressIPs(s) {
+			used[ip] = s.Namespace + "/" + s.Name
+		}
+	}
+	for _, s := range mine {
+		key := s.Namespace + "/" + s.Name
+		cur := IngressIPs(s)
+		want := cur
+		if pin := PinIPs(s); len(pin) > 0 {
+			want = pin
+			for _, ip := range pin {
+				if holder, ok := used[ip]; ok && holder != key {
+					want = nil // AllocationFailed: the IP is in use
+				}
+			}
+			if want == nil {
+				if len(cur) > 0 && !sameIPs(cur, pin) {
+					want = []netip.Addr{} // the current IP is no longer valid for it
+				} else {
+					continue
+				}
+			}
+		} else if len(cur) == 0 && s.Annotations[metallb.AnnotationAddressPool] == f.pool {
+			for ip := f.prefix.Masked().Addr(); f.prefix.Contains(ip); ip = ip.Next() {
+				if _, ok := used[ip]; !ok {
+					want = []netip.Addr{ip}
+					break
+				}
+			}
+		}
+		if sameIPs(cur, want) {
+			delete(f.pending, key)
+			continue
+		}
+		if f.delay > 0 {
+			w := fmt.Sprint(want)
+			if pc, ok := f.pending[key]; !ok || pc.want != w {
+				f.pending[key] = pendingChange{want: w, since: time.Now()}
+				continue
+			} else if time.Since(pc.since) < f.delay {
+				continue
+			}
+			delete(f.pending, key)
+		}
+		for _, ip := range cur {
+			delete(used, ip)
+		}
+		s.Status.LoadBalancer.Ingress = nil
+		for _, ip := range want {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+			used[ip] = key
+		}
+		_ = admin.Status().Update(ctx, s)
+	}
+}
+
+func joinIPs(ips ...string) string { return strings.Join(ips, ",") }
+
+var _ = wait.ForeverTestTimeout

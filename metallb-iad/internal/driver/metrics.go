@@ -1,0 +1,127 @@
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Metrics are the driver's Prometheus metrics. The gauges are counted from the cache at scrape
+// time without copying objects (UnsafeDisableDeepCopy: read-only access to the cached ones).
+type Metrics struct {
+	reader           client.Reader
+	namespace        string
+	metallbNamespace string
+	served           prometheus.Histogram
+	placeholder      *prometheus.Desc
+	attached         *prometheus.Desc
+	conflicts        *prometheus.Desc
+	lost             *prometheus.Desc
+	poolAddresses    *prometheus.Desc
+}
+
+// NewMetrics creates the metrics; gauges are read from the cache at scrape time.
+func NewMetrics(reader client.Reader, namespace, metallbNamespace string) *Metrics {
+	return &Metrics{
+		reader:           reader,
+		namespace:        namespace,
+		metallbNamespace: metallbNamespace,
+		served: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "metallb_iad_provision_duration_seconds",
+			Help:    "Time from a claim's creation until the driver created its address from what MetalLB assigned.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}),
+		placeholder: prometheus.NewDesc("metallb_iad_placeholders", "Placeholder Services by role (provisioning, hold).", []string{"role"}, nil),
+		attached:    prometheus.NewDesc("metallb_iad_attached_addresses", "Reserved addresses attached to a tenant Service.", nil, nil),
+		conflicts:   prometheus.NewDesc("metallb_iad_conflicts", "Reserved addresses some other Service holds.", nil, nil),
+		lost:        prometheus.NewDesc("metallb_iad_lost_addresses", "Reserved addresses MetalLB can no longer serve (Lost=True).", nil, nil),
+		poolAddresses: prometheus.NewDesc("metallb_iad_pool_addresses",
+			"Addresses of the MetalLB pool of each accepted class of this driver, by state: size (every address the pool's "+
+				"CIDRs and ranges hold), reserved (IPAddresses of the class), free (size minus reserved; it does not subtract "+
+				"pool addresses that other Services hold outside a reservation).",
+			[]string{"class", "pool", "state"}, nil),
+	}
+}
+
+// Register adds the metrics to a registry.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	if err := reg.Register(m.served); err != nil {
+		return err
+	}
+	return reg.Register(m)
+}
+
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.placeholder
+	ch <- m.attached
+	ch <- m.conflicts
+	ch <- m.lost
+	ch <- m.poolAddresses
+}
+
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, role := range []string{RoleProvisioning, RoleHold} {
+		var svcs corev1.ServiceList
+		if err := m.reader.List(ctx, &svcs, client.InNamespace(m.namespace), client.MatchingLabels{LabelRole: role},
+			client.UnsafeDisableDeepCopy); err == nil {
+			ch <- prometheus.MustNewConstMetric(m.placeholder, prometheus.GaugeValue, float64(len(svcs.Items)), role)
+		}
+	}
+	var addrs ipamv1.IPAddressList
+	if err := m.reader.List(ctx, &addrs, client.UnsafeDisableDeepCopy); err == nil {
+		var attached, conflicts, lost int
+		for i := range addrs.Items {
+			a := &addrs.Items[i]
+			if a.Status.AttachedTo != nil {
+				attached++
+			}
+			if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict) {
+				conflicts++
+			}
+			if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
+				lost++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(m.attached, prometheus.GaugeValue, float64(attached))
+		ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.GaugeValue, float64(conflicts))
+		ch <- prometheus.MustNewConstMetric(m.lost, prometheus.GaugeValue, float64(lost))
+	}
+	m.collectPools(ctx, ch)
+}
+
+// collectPools reports each accepted class's pool: its size, the class's addresses, the rest.
+func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric) {
+	var classes ipamv1.IPAddressClassList
+	if err := m.reader.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
+		return
+	}
+	for i := range classes.Items {
+		c := &classes.Items[i]
+		name := c.Spec.Parameters[ClassParameterPool]
+		if c.Spec.Provisioner != Provisioner || name == "" || !meta.IsStatusConditionTrue(c.Status.Conditions, ipamv1.ConditionAccepted) {
+			continue
+		}
+		var pool metallb.IPAddressPool
+		if err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.metallbNamespace, Name: name}, &pool); err != nil {
+			continue
+		}
+		var addrs ipamv1.IPAddressList
+		if err := m.reader.List(ctx, &addrs, client.MatchingFields{index.AddressByClass: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			continue
+		}
+		size, reserved := poolSize(&pool), float64(len(addrs.Items))
+		for state, v := range map[string]float64{"size": size, "reserved": reserved, "free": max(size-reserved, 0)} {
+			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, v, c.Name, name, state)
+		}
+	}
+}

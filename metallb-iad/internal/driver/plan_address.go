@@ -1,0 +1,377 @@
+package driver
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Reasons of the driver's address conditions and events.
+const (
+	ReasonHeld              = "Held"
+	ReasonAttached          = "Attached"
+	ReasonAdopting          = "Adopting"
+	ReasonWaitingForMetalLB = "WaitingForMetalLB"
+	ReasonReleasing         = "Releasing"
+	ReasonLost              = "Lost"
+	ReasonNoConflict        = "NoConflict"
+	ReasonHeldByOther       = "HeldByOtherService"
+	ReasonConflictResolved  = "ConflictResolved"
+	ReasonServiceConflict   = "ReservedAddressConflict"
+	ReasonDetached          = "Detached"
+	ReasonServable          = "Servable"
+
+	// Reasons of Lost=True.
+	// (with ReasonPoolNotSet and ReasonPoolNotFound of class.go)
+	ReasonOutsidePool = "OutsidePool"
+)
+
+// addressView is what the address reconciler reads about one IPAddress.
+type addressView struct {
+	addr *ipamv1.IPAddress
+	ip   netip.Addr
+	// class is the address's class (nil when missing); pool the MetalLB pool it names (nil
+	// when missing).
+	class *ipamv1.IPAddressClass
+	pool  *metallb.IPAddressPool
+	// holds are the hold placeholders labelled with this address.
+	holds []*corev1.Service
+	// holdExpected: this driver created a hold the cache does not show yet.
+	holdExpected bool
+	// attached is the Service status.attachedTo names, when it still exists (same uid);
+	// attachedGone says attachedTo names a Service that is gone or was replaced.
+	attached     *corev1.Service
+	attachedGone bool
+	// holders are the other Services whose load-balancer ingress or spec.externalIPs include
+	// the IP.
+	holders []holder
+
+	namespace  string
+	now        time.Time
+	nudgeAfter time.Duration
+}
+
+// holder is a Service that shows the address's IP.
+type holder struct {
+	svc           *corev1.Service
+	inIngress     bool
+	inExternalIPs bool
+	// linksToClaim: the Service links (link rule) to the address's claim.
+	linksToClaim bool
+}
+
+// addressPlan is what the address reconciler writes, in this order: the finalizer; on teardown
+// the attached Service's unpin, the holds' deletion, then the finalizer's removal; otherwise the
+// holds (create, pin, nudge, delete surplus) and then the driver's status.
+type addressPlan struct {
+	addFinalizer    bool
+	unpin           *corev1.Service
+	deleteHolds     []*corev1.Service
+	removeFinalizer bool
+	createHold      *corev1.Service
+	pinHold         *corev1.Service
+	nudge           *corev1.Service
+	// status is the driver's part of the status to write, nil when unchanged.
+	status  *ipamv1.IPAddressStatus
+	events  []event
+	requeue time.Duration
+}
+
+// planAddress decides the writes for one address: teardown once the core let go, else the
+// hold invariant (exactly one placeholder pinned to an address not attached to a live Service),
+// Lost, Conflict, and the end of an attachment whose Service is gone.
+func planAddress(v addressView) addressPlan {
+	var p addressPlan
+	a := v.addr
+	ours := v.class != nil && v.class.Spec.Provisioner == Provisioner
+	if a.DeletionTimestamp != nil {
+		if !controllerutil.ContainsFinalizer(a, Finalizer) {
+			// Torn down already (or the finalizer was removed by hand): a hold left over, for
+			// instance one labelled while the address was going, ends too.
+			p.deleteHolds = v.holds
+			return p
+		}
+		if driverkit.TeardownMayStart(a) {
+			return planTeardown(v)
+		}
+		// The core still protects the address (Bound to a live claim): nothing changes for the
+		// IP until it lets go.
+	} else if ours && !controllerutil.ContainsFinalizer(a, Finalizer) {
+		// Addresses an admin created by hand are torn down the same way.
+		p.addFinalizer = true
+	}
+	if !ours {
+		return p
+	}
+
+	status := a.Status.DeepCopy()
+	if v.attachedGone {
+		at := status.AttachedTo
+		status.AttachedTo = nil
+		p.events = append(p.events, event{obj: a, reason: ReasonDetached,
+			message: fmt.Sprintf("Service %s/%s is gone; the address is held by a placeholder again", at.Namespace, at.Name)})
+	}
+	lostReason, lostMessage := lostVerdict(v)
+	adopter := adoptingService(v)
+
+	switch {
+	case v.attached != nil:
+		// The Service reconciler deletes the holds between recording the attachment and pinning
+		// (and finishes that after a crash). A hold still there once the Service is pinned to
+		// the IP is a leftover, and goes; before that it is the Service reconciler's to delete.
+		if v.attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.attached), v.ip) {
+			p.deleteHolds = v.holds
+		}
+		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(v.attached))
+	case lostReason != "":
+		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.
+		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
+	case adopter != nil:
+		// A Service already serves the IP and links to the address's claim (an admin's pin being
+		// adopted): it attaches next; holding the IP now would only fight it.
+		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
+			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
+	default:
+		planHold(v, status, &p)
+	}
+
+	if lostReason != "" {
+		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
+		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonLost, message: lostMessage, once: true})
+	} else if meta.FindStatusCondition(status.Conditions, ipamv1.ConditionLost) != nil {
+		setCondition(a, status, ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
+	}
+
+	planConflict(v, adopter, status, &p)
+
+	if !equalDriverStatus(&a.Status, status) {
+		p.status = status
+	}
+	return p
+}
+
+// planTeardown releases a deleted address once the core let go: an attached Service is unpinned
+// (only a pin of ours that names the IP), the holds go, then the finalizer; MetalLB returns the
+// IP to the pool.
+func planTeardown(v addressView) addressPlan {
+	p := addressPlan{deleteHolds: v.holds, removeFinalizer: true}
+	if s := v.attached; s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.ip) {
+		p.unpin = s
+	}
+	return p
+}
+
+// planHold keeps exactly one placeholder pinned to an address that no Service uses.
+func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
+	a := v.addr
+	if len(v.holds) == 0 {
+		switch {
+		case v.holdExpected || settlingPlaceholder(v) != nil:
+			// Created (or being relabelled from the provisioning placeholder MetalLB gave the
+			// IP) by this driver; the cache has not shown the hold yet. No status either: the
+			// next pass, with the hold in view, writes it once.
+			p.requeue = time.Second
+			return
+		case releasingHolder(v) != nil:
+			// A Service this driver unpinned still shows the IP: a hold now would only get
+			// MetalLB's AllocationFailed. Wait for MetalLB to let go.
+			s := releasingHolder(v)
+			setCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
+				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.ip, s.Namespace, s.Name))
+			p.requeue = driverkit.Recheck(a.CreationTimestamp.Time, v.now, time.Second)
+			return
+		default:
+			p.createHold = HoldService(v.namespace, a.Name, v.ip, v.class.Spec.Parameters[ClassParameterPool])
+			p.requeue = v.nudgeAfter
+		}
+		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, v.namespace, HoldName(a.Name)))
+		return
+	}
+	holds := slices.Clone(v.holds)
+	// Keep the one MetalLB serves (else the oldest); a second one is a leftover.
+	slices.SortStableFunc(holds, func(x, y *corev1.Service) int {
+		xs, ys := slices.Contains(IngressIPs(x), v.ip), slices.Contains(IngressIPs(y), v.ip)
+		if xs != ys {
+			if xs {
+				return -1
+			}
+			return 1
+		}
+		if c := x.CreationTimestamp.Compare(y.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	hold := holds[0]
+	p.deleteHolds = holds[1:]
+	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.ip.String() {
+		p.pinHold = hold
+	}
+	if slices.Contains(IngressIPs(hold), v.ip) {
+		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
+		return
+	}
+	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
+	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter)
+	if nudge {
+		p.nudge = hold
+	}
+	p.requeue = wait
+}
+
+// nudgeDue decides whether a placeholder MetalLB has not served should be touched now (MetalLB
+// does not retry a failed allocation by itself until some other Service is deleted), and when to
+// look again: every nudgeAfter at first, backing off to a quarter of its age, at most a minute.
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration) (bool, time.Duration) {
+	last := s.CreationTimestamp.Time
+	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
+		last = t
+	}
+	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
+	every = min(every, driverkit.MaxRecheck)
+	if wait := every - now.Sub(last); wait > 0 {
+		return false, wait
+	}
+	return true, every
+}
+
+// lostVerdict says why MetalLB can no longer serve the address, or "" when it can: the class's
+// pool is unset, gone, or no longer includes the IP (shrunk, or the class names another pool).
+func lostVerdict(v addressView) (reason, message string) {
+	name := v.class.Spec.Parameters[ClassParameterPool]
+	switch {
+	case name == "":
+		return ReasonPoolNotSet, fmt.Sprintf("class %s names no MetalLB pool; MetalLB cannot serve %s", v.class.Name, v.ip)
+	case v.pool == nil:
+		return ReasonPoolNotFound, fmt.Sprintf("IPAddressPool %s of class %s no longer exists; MetalLB cannot serve %s", name, v.class.Name, v.ip)
+	case !poolContains(v.pool, v.ip):
+		return ReasonOutsidePool, fmt.Sprintf("IPAddressPool %s of class %s no longer includes %s", name, v.class.Name, v.ip)
+	}
+	return "", ""
+}
+
+// adoptingService is a Service that serves the IP and links to the address's claim while the
+// address is not attached yet.
+func adoptingService(v addressView) *corev1.Service {
+	if v.attached != nil || v.addr.Spec.ClaimRef == nil {
+		return nil
+	}
+	for _, h := range v.holders {
+		if h.inIngress && h.linksToClaim {
+			return h.svc
+		}
+	}
+	return nil
+}
+
+// settlingPlaceholder is a provisioning placeholder of this driver that MetalLB gave the IP: the
+// claim reconciler is making it this address's hold (or handing it over).
+func settlingPlaceholder(v addressView) *corev1.Service {
+	for _, h := range v.holders {
+		if h.inIngress && h.svc.Namespace == v.namespace && h.svc.Labels[LabelRole] == RoleProvisioning {
+			return h.svc
+		}
+	}
+	return nil
+}
+
+// releasingHolder is a Service that still shows the IP in its ingress while it is on its way
+// out: this driver unpinned it (the releasing record names the IP), or re-pinned it to other
+// addresses (a re-link). Neither is a conflict.
+func releasingHolder(v addressView) *corev1.Service {
+	for _, h := range v.holders {
+		if h.inIngress && releasing(h.svc, v.ip) {
+			return h.svc
+		}
+	}
+	return nil
+}
+
+func releasing(s *corev1.Service, ip netip.Addr) bool {
+	if r, ok := s.Annotations[AnnotationReleasing]; ok && slices.Contains(parseIPList(r), ip) {
+		return true
+	}
+	return s.Annotations[AnnotationPinned] == "true" && !slices.Contains(PinIPs(s), ip)
+}
+
+// planConflict sets Conflict while a Service other than the attached one, the address's holds
+// and an adopting Service shows the IP: in its load-balancer status, or in spec.externalIPs
+// (kube-proxy routes those to that Service's endpoints).
+func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddressStatus, p *addressPlan) {
+	a := v.addr
+	var wrongful []string
+	for _, h := range v.holders {
+		s := h.svc
+		isAttached := v.attached != nil && s.UID == v.attached.UID
+		var why string
+		switch {
+		case h.inExternalIPs && !isAttached:
+			why = fmt.Sprintf("lists %s, reserved as IPAddress %s, in spec.externalIPs; remove it there", v.ip, a.Name)
+		case !h.inIngress || isAttached || (adopter != nil && s.UID == adopter.UID) || releasing(s, v.ip) ||
+			(s.Namespace == v.namespace && s.Labels[LabelAddress] == a.Name) ||
+			(s.Namespace == v.namespace && s.Labels[LabelRole] == RoleProvisioning):
+			// (A provisioning placeholder of this driver is settled by the claim reconciler.)
+			continue
+		default:
+			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.ip, a.Name)
+		}
+		wrongful = append(wrongful, s.Namespace+"/"+s.Name)
+		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonServiceConflict, message: why, once: true,
+			topic: ReasonServiceConflict + "/" + a.Name})
+	}
+	slices.Sort(wrongful)
+	if len(wrongful) == 0 {
+		if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
+			setCondition(a, status, ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
+			p.events = append(p.events, event{obj: a, reason: ReasonConflictResolved, message: fmt.Sprintf("no other Service holds %s any more", v.ip)})
+		}
+		return
+	}
+	msg := fmt.Sprintf("Service %s holds %s outside the reservation", strings.Join(wrongful, ", "), v.ip)
+	setCondition(a, status, ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
+	p.events = append(p.events, event{obj: a, warning: true, reason: ipamv1.ConditionConflict, message: msg, once: true})
+}
+
+func attachedMessage(s *corev1.Service) string {
+	return fmt.Sprintf("attached to Service %s/%s", s.Namespace, s.Name)
+}
+
+func setCondition(a *ipamv1.IPAddress, status *ipamv1.IPAddressStatus, typ string, ok bool, reason, message string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: message, ObservedGeneration: a.Generation})
+}
+
+// equalDriverStatus compares the fields the driver owns (attachedTo, conditions without their
+// transition times).
+func equalDriverStatus(a, b *ipamv1.IPAddressStatus) bool {
+	if (a.AttachedTo == nil) != (b.AttachedTo == nil) || (a.AttachedTo != nil && *a.AttachedTo != *b.AttachedTo) {
+		return false
+	}
+	if len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for _, c := range b.Conditions {
+		o := meta.FindStatusCondition(a.Conditions, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message != c.Message || o.ObservedGeneration != c.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,382 @@
+package driver
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+func testClass(pool string) *ipamv1.IPAddressClass {
+	return &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "k"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: pool}}}
+}
+
+func testPool(addresses ...string) *metallb.IPAddressPool {
+	no := false
+	return &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: metallb.IPAddressPoolSpec{Addresses: addresses, AutoAssign: &no}}
+}
+
+func testAddress(ip string, finalizers ...string) *ipamv1.IPAddress {
+	return &ipamv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip)), Finalizers: finalizers,
+			CreationTimestamp: metav1.NewTime(t0)},
+		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "k",
+			ClaimRef: &ipamv1.ClaimReference{Namespace: "t", Name: "c", UID: "claim-uid"}},
+	}
+}
+
+func svc(ns, name, uid string, ingress ...string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid),
+		CreationTimestamp: metav1.NewTime(t0), Annotations: map[string]string{}, Labels: map[string]string{}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	for _, ip := range ingress {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
+}
+
+func hold(addr, ip string, served bool) *corev1.Service {
+	var ingress []string
+	if served {
+		ingress = []string{ip}
+	}
+	s := svc(testDriverNS, HoldName(addr), "hold-"+addr, ingress...)
+	s.Labels = map[string]string{LabelRole: RoleHold, LabelAddress: addr}
+	s.Annotations = map[string]string{metallb.AnnotationLoadBalancerIPs: ip}
+	return s
+}
+
+func pinned(s *corev1.Service, pin string) *corev1.Service {
+	s.Annotations[metallb.AnnotationLoadBalancerIPs] = pin
+	s.Annotations[AnnotationPinned] = "true"
+	return s
+}
+
+func view(a *ipamv1.IPAddress, mods ...func(*addressView)) addressView {
+	v := addressView{addr: a, ip: netip.MustParseAddr(a.Spec.Address), class: testClass("p"), pool: testPool("203.0.113.0/28"),
+		namespace: testDriverNS, now: t0.Add(10 * time.Second), nudgeAfter: 3 * time.Second}
+	for _, m := range mods {
+		m(&v)
+	}
+	return v
+}
+
+func cond(p addressPlan, typ string) *metav1.Condition {
+	if p.status == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(p.status.Conditions, typ)
+}
+
+func TestPlanAddress(t *testing.T) {
+	const ip = "203.0.113.5"
+	name := ipamv1.AddressName(netip.MustParseAddr(ip))
+	now := metav1.NewTime(t0)
+	deleting := func(finalizers ...string) *ipamv1.IPAddress {
+		a := testAddress(ip, finalizers...)
+		a.DeletionTimestamp = &now
+		return a
+	}
+	tenant := pinned(svc("t", "web", "web-uid", ip), ip)
+	for _, tc := range []struct {
+		name  string
+		view  addressView
+		check func(t *testing.T, p addressPlan)
+	}{
+		{"new address: finalizer, a hold, waiting for MetalLB", view(testAddress(ip)), func(t *testing.T, p addressPlan) {
+			if !p.addFinalizer || p.createHold == nil || p.createHold.Annotations[metallb.AnnotationLoadBalancerIPs] != ip ||
+				p.createHold.Annotations[metallb.AnnotationAddressPool] != "p" || p.requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonWaitingForMetalLB {
+				t.Fatalf("held %+v", c)
+			}
+			if cond(p, ipamv1.ConditionConflict) != nil || cond(p, ipamv1.ConditionLost) != nil {
+				t.Fatal("a settled address should not carry Conflict=False or Lost=False it never had (a write per address)")
+			}
+		}},
+		{"hold created, not in the cache yet: no second create", view(testAddress(ip, Finalizer), func(v *addressView) { v.holdExpected = true }),
+			func(t *testing.T, p addressPlan) {
+				if p.createHold != nil || p.requeue == 0 {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"served hold: Held", view(testAddress(ip, Finalizer), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }),
+			func(t *testing.T, p addressPlan) {
+				if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHeld {
+					t.Fatalf("%+v", c)
+				}
+				if p.createHold != nil || len(p.deleteHolds) != 0 || p.pinHold != nil || p.nudge != nil || p.requeue != 0 {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"two holds: the served one stays", view(testAddress(ip, Finalizer), func(v *addressView) {
+			a, b := hold(name, ip, false), hold(name, ip, true)
+			a.Name, a.UID = "older", "older"
+			v.holds = []*corev1.Service{a, b}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 1 || p.deleteHolds[0].Name != "older" {
+				t.Fatalf("%+v", p.deleteHolds)
+			}
+		}},
+		{"unpinned hold gets pinned", view(testAddress(ip, Finalizer), func(v *addressView) {
+			h := hold(name, ip, true)
+			delete(h.Annotations, metallb.AnnotationLoadBalancerIPs)
+			v.holds = []*corev1.Service{h}
+		}), func(t *testing.T, p addressPlan) {
+			if p.pinHold == nil {
+				t.Fatal("not pinned")
+			}
+		}},
+		{"hold not served for long: nudged", view(testAddress(ip, Finalizer), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, false)} }),
+			func(t *testing.T, p addressPlan) {
+				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"attached, not pinned yet: the hold is the Service reconciler's to delete", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.attached = svc("t", "web", "web-uid")
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 0 || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"attached: leftover hold goes, Held Attached", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.attached = tenant
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.holders = []holder{{svc: tenant, inIngress: true, linksToClaim: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 1 || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAttached {
+				t.Fatalf("%+v", c)
+			}
+			if cond(p, ipamv1.ConditionConflict) != nil {
+				t.Fatal("the attached Service is no conflict")
+			}
+		}},
+		{"attached Service gone: attachment cleared, hold again", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "old"}
+			return a
+		}(), func(v *addressView) { v.attachedGone = true }), func(t *testing.T, p addressPlan) {
+			if p.status == nil || p.status.AttachedTo != nil || p.createHold == nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 1: deleted while the core protects it: keeps holding, nothing torn down", view(deleting(ipamv1.FinalizerAddress, Finalizer),
+			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if p.removeFinalizer || len(p.deleteHolds) != 0 || p.unpin != nil || p.addFinalizer {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 1: deleted while attached and protected: the Service keeps its pin", view(deleting(ipamv1.FinalizerAddress, Finalizer),
+			func(v *addressView) { v.attached = tenant }), func(t *testing.T, p addressPlan) {
+			if p.removeFinalizer || p.unpin != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"teardown once the core let go: holds go, finalizer goes", view(deleting(Finalizer),
+			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if !p.removeFinalizer || len(p.deleteHolds) != 1 || p.unpin != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"teardown of an attached address unpins our pin", view(deleting(Finalizer), func(v *addressView) { v.attached = tenant }),
+			func(t *testing.T, p addressPlan) {
+				if !p.removeFinalizer || p.unpin != tenant {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"teardown leaves a pin that does not name the IP", view(deleting(Finalizer), func(v *addressView) {
+			v.attached = pinned(svc("t", "web", "web-uid"), "203.0.113.9")
+		}), func(t *testing.T, p addressPlan) {
+			if !p.removeFinalizer || p.unpin != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 2: deleted without our finalizer: leftover holds go", view(deleting(ipamv1.FinalizerAddress),
+			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 1 || p.status != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"another driver's address: nothing", view(testAddress(ip), func(v *addressView) { v.class.Spec.Provisioner = "other" }),
+			func(t *testing.T, p addressPlan) {
+				if p.addFinalizer || p.createHold != nil || p.status != nil {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"defect 6: pool gone: Lost, no new hold", view(testAddress(ip, Finalizer), func(v *addressView) { v.pool = nil }),
+			func(t *testing.T, p addressPlan) {
+				c := cond(p, ipamv1.ConditionLost)
+				if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonPoolNotFound || p.createHold != nil {
+					t.Fatalf("%+v %+v", c, p)
+				}
+				if len(p.events) != 1 || p.events[0].reason != ReasonLost || !p.events[0].warning {
+					t.Fatalf("%+v", p.events)
+				}
+			}},
+		{"defect 6: pool shrunk past the IP: Lost", view(testAddress(ip, Finalizer), func(v *addressView) { v.pool = testPool("203.0.113.8/29") }),
+			func(t *testing.T, p addressPlan) {
+				if c := cond(p, ipamv1.ConditionLost); c == nil || c.Reason != ReasonOutsidePool {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{"defect 6: a range that still includes the IP: not Lost", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = testPool("203.0.113.5-203.0.113.6")
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+		}), func(t *testing.T, p addressPlan) {
+			if cond(p, ipamv1.ConditionLost) != nil {
+				t.Fatal("Lost")
+			}
+		}},
+		{"defect 6: Lost clears when servable again", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionLost, Status: metav1.ConditionTrue, Reason: ReasonPoolNotFound}}
+			return a
+		}(), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if c := cond(p, ipamv1.ConditionLost); c == nil || c.Status != metav1.ConditionFalse {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"defect 8: Lost while attached: the pin stays", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = nil
+			v.attached = tenant
+		}), func(t *testing.T, p addressPlan) {
+			if p.unpin != nil || (p.status != nil && p.status.AttachedTo != nil && p.status.AttachedTo.Name != "web") {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionLost); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatal("not Lost")
+			}
+		}},
+		{"a wrongful holder: Conflict and warnings on both", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.holders = []holder{{svc: svc("x", "thief", "thief", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			c := cond(p, ipamv1.ConditionConflict)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHeldByOther {
+				t.Fatalf("%+v", c)
+			}
+			if len(p.events) != 2 {
+				t.Fatalf("%+v", p.events)
+			}
+		}},
+		{"issue 16: an external IP is a conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+			v.holders = []holder{{svc: svc("x", "mitm", "mitm"), inExternalIPs: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if c := cond(p, ipamv1.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"conflict resolved", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionConflict, Status: metav1.ConditionTrue, Reason: ReasonHeldByOther}}
+			return a
+		}(), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if c := cond(p, ipamv1.ConditionConflict); c == nil || c.Status != metav1.ConditionFalse {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"defect 4/5: a Service re-pinned elsewhere or being unpinned is no conflict, and the hold waits", view(testAddress(ip, Finalizer), func(v *addressView) {
+			moved := pinned(svc("t", "web", "web-uid", ip), "203.0.113.9")
+			v.holders = []holder{{svc: moved, inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if cond(p, ipamv1.ConditionConflict) != nil || p.createHold != nil || p.requeue == 0 {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonReleasing {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"released record: no conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			s := svc("t", "web", "web-uid", ip)
+			s.Annotations[AnnotationReleasing] = ip
+			v.holders = []holder{{svc: s, inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if cond(p, ipamv1.ConditionConflict) != nil {
+				t.Fatal("conflict")
+			}
+		}},
+		{"adopting an admin pin: no hold, no conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			s := svc("t", "web", "web-uid", ip)
+			s.Annotations[metallb.AnnotationLoadBalancerIPs] = ip
+			v.holders = []holder{{svc: s, inIngress: true, linksToClaim: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if p.createHold != nil || cond(p, ipamv1.ConditionConflict) != nil {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAdopting {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"settled: no writes", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionHeld, Status: metav1.ConditionTrue, Reason: ReasonHeld,
+				Message: "held by placeholder " + testDriverNS + "/" + HoldName(name)}}
+			return a
+		}(), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if p.status != nil || p.addFinalizer || p.createHold != nil || p.pinHold != nil || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, planAddress(tc.view)) })
+	}
+}
+
+func TestPoolAddresses(t *testing.T) {
+	p := testPool("203.0.113.0/30", "198.51.100.10-198.51.100.19", "2001:db8::/126")
+	if poolSize(p) != 4+10+4 {
+		t.Fatalf("size %v", poolSize(p))
+	}
+	for ip, want := range map[string]bool{"203.0.113.3": true, "203.0.113.4": false, "198.51.100.19": true, "198.51.100.20": false,
+		"2001:db8::3": true, "2001:db8::4": false} {
+		if poolContains(p, netip.MustParseAddr(ip)) != want {
+			t.Errorf("%s: want %v", ip, want)
+		}
+	}
+	if poolContains(testPool("bogus"), netip.MustParseAddr("203.0.113.1")) {
+		t.Fatal("an unparsable pool contains nothing")
+	}
+}
+
+func TestNudgeDue(t *testing.T) {
+	s := svc(testDriverNS, "p", "p")
+	if due, wait := nudgeDue(s, t0.Add(time.Second), 3*time.Second); due || wait != 2*time.Second {
+		t.Fatalf("young: %v %v", due, wait)
+	}
+	if due, _ := nudgeDue(s, t0.Add(4*time.Second), 3*time.Second); !due {
+		t.Fatal("not nudged after nudgeAfter")
+	}
+	s.Annotations[AnnotationNudge] = t0.Add(time.Hour).Format(time.RFC3339Nano)
+	due, wait := nudgeDue(s, t0.Add(time.Hour+time.Second), 3*time.Second)
+	if due || wait > time.Minute {
+		t.Fatalf("old: backoff capped at a minute, got %v %v", due, wait)
+	}
+}
+
+func TestPlanAddressWhileItsPlaceholderSettles(t *testing.T) {
+	const ip = "203.0.113.5"
+	p := provisioning("claim-uid", ipamv1.IPv4, ip)
+	pl := planAddress(view(testAddress(ip, Finalizer), func(v *addressView) {
+		v.holders = []holder{{svc: p, inIngress: true}}
+	}))
+	if pl.createHold != nil || pl.status != nil || len(pl.events) != 0 || pl.requeue == 0 {
+		t.Fatalf("the provisioning placeholder becoming the hold is no conflict and needs no second hold: %+v", pl)
+	}
+}

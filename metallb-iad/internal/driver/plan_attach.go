@@ -1,0 +1,180 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Reasons of the events the driver says about tenant Services.
+const (
+	ReasonClaimNotReady      = "ClaimNotReady"
+	ReasonFamilyMismatch     = "FamilyMismatch"
+	ReasonForeignPin         = "ForeignPin"
+	ReasonClaimInUse         = "ClaimInUse"
+	ReasonAddressNotServable = "AddressNotServable"
+)
+
+// serviceReasons are the lasting conditions said about a Service; an attach clears them all.
+var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable}
+
+// attachView is what the Service reconciler reads about one Service.
+type attachView struct {
+	svc *corev1.Service
+	// placeholder: the Service is one of the driver's own.
+	placeholder bool
+	// claim is the claim the Service links to (any phase), nil when none; why says what stands
+	// in the way when the Service names a claim that does not exist.
+	claim *ipamv1.IPAddressClaim
+	why   string
+	// addrs are the claim's addresses as its status lists them (nil: not in the cache yet), and
+	// servable says whether each one's class is this driver's.
+	addrs    []*ipamv1.IPAddress
+	servable map[string]bool
+	// elsewhere says, per address of the claim attached to another Service, whether that
+	// Service still exists.
+	elsewhere map[string]bool
+	// attachedHere are the addresses whose attachedTo names this Service.
+	attachedHere []*ipamv1.IPAddress
+	// holds are the hold placeholders of the claim's addresses.
+	holds []*corev1.Service
+	now   time.Time
+}
+
+// attachPlan is what the Service reconciler writes, in this crash-safe order: record attachedTo
+// on the claim's addresses (the optimistic lock lets one Service win), delete their holds, pin
+// the Service; then end the attachments it no longer has (a re-link). Or, on detach: unpin the
+// Service and clear attachedTo on its addresses.
+type attachPlan struct {
+	attach      []*ipamv1.IPAddress
+	deleteHolds []*corev1.Service
+	pin         string
+	unattach    []*ipamv1.IPAddress
+	detach      bool
+	events      []event
+	// clear are the lasting-condition reasons no longer true of the Service.
+	clear   []string
+	requeue time.Duration
+}
+
+// planAttach applies the link rule's outcome to a Service: attach it to its Bound claim's
+// addresses, keep it while the claim is Lost, or detach it.
+func planAttach(v attachView) attachPlan {
+	var p attachPlan
+	svc := v.svc
+	if v.placeholder {
+		return p
+	}
+	say := func(reason, msg string) {
+		p.events = append(p.events, event{obj: svc, warning: true, reason: reason, message: msg, once: true})
+		p.clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
+	}
+	wait := func() { p.requeue = driverkit.Recheck(svc.CreationTimestamp.Time, v.now, time.Second) }
+	lb := svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil
+	claim := v.claim
+	switch {
+	case !lb || claim == nil:
+		if lb && v.why != "" {
+			say(ReasonClaimNotReady, v.why+"; the Service gets its address once the claim is Bound")
+			wait()
+		} else {
+			p.clear = serviceReasons
+		}
+		p.detach = true
+		return p
+	case claim.Status.Phase == ipamv1.ClaimLost:
+		// An attached Service keeps its pin while the claim is Lost: the tenant decides.
+		if len(v.attachedHere) > 0 {
+			return p
+		}
+		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is Lost; the Service gets no address from it", claim.Namespace, claim.Name))
+		p.detach = true
+		return p
+	case claim.Status.Phase != ipamv1.ClaimBound:
+		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
+			claim.Namespace, claim.Name, orPending(claim.Status.Phase)))
+		wait()
+		p.detach = true
+		return p
+	case !FamiliesFit(svc, claim.Spec.Family):
+		say(ReasonFamilyMismatch, fmt.Sprintf("the Service's IP families %v do not match claim %s (%s); set spec.ipFamilies and spec.ipFamilyPolicy to match",
+			svc.Spec.IPFamilies, claim.Name, claim.Spec.Family))
+		p.detach = true
+		return p
+	}
+	want := PinValue(claim.Status.Addresses)
+	wantIPs := parseIPList(want)
+	if foreign := ForeignPins(svc); len(foreign) > 0 {
+		// An admin pinned exactly the claim's addresses by hand: adopt the pin (the Service keeps
+		// its address throughout). Anything else is not ours to overwrite.
+		if !(len(foreign) == 1 && foreign[0] == metallb.AnnotationLoadBalancerIPs && sameIPs(PinIPs(svc), wantIPs)) {
+			say(ReasonForeignPin, fmt.Sprintf("the Service already requests addresses through %s; remove it to use claim %s",
+				strings.Join(foreign, ", "), claim.Name))
+			return p
+		}
+	}
+	// The claim's status is the core's word; each address must agree (bound to this claim, of
+	// a class of this driver) before the Service gets it.
+	for i, a := range v.addrs {
+		if a == nil {
+			wait()
+			return p // the cache has not shown the address yet
+		}
+		if !driverkit.BoundTo(a, claim) || !v.servable[a.Name] || a.DeletionTimestamp != nil {
+			say(ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
+				claim.Status.Addresses[i].Name, claim.Name))
+			return p
+		}
+		if at := a.Status.AttachedTo; at != nil && !attachedTo(at, svc) {
+			if at.Namespace == svc.Namespace && at.Name == svc.Name {
+				continue // an earlier Service of the same name, gone: this one takes over
+			}
+			if v.elsewhere[a.Name] {
+				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by Service %s/%s; a claim serves one Service", claim.Name, at.Namespace, at.Name))
+				p.detach = true
+				wait()
+				return p
+			}
+			wait()
+			return p // the other Service is gone; the address's pass ends its attachment first
+		}
+	}
+	p.clear = serviceReasons
+	for _, a := range v.addrs {
+		if at := a.Status.AttachedTo; at == nil || !attachedTo(at, svc) || at.UID != svc.UID {
+			p.attach = append(p.attach, a)
+		}
+	}
+	p.deleteHolds = v.holds
+	if !sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" {
+		p.pin = want
+	} else if _, ok := svc.Annotations[AnnotationReleasing]; ok {
+		p.pin = want
+	}
+	for _, a := range v.attachedHere {
+		if !slices.ContainsFunc(v.addrs, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name }) {
+			p.unattach = append(p.unattach, a) // re-link: the Service moved to another claim
+		}
+	}
+	return p
+}
+
+// attachedTo reports whether an attachment names the Service (namespace, name, and uid unless
+// not recorded).
+func attachedTo(at *ipamv1.AttachmentReference, svc *corev1.Service) bool {
+	return at.Namespace == svc.Namespace && at.Name == svc.Name && (at.UID == "" || at.UID == svc.UID)
+}
+
+func orPending(p ipamv1.ClaimPhase) string {
+	if p == "" {
+		return string(ipamv1.ClaimPending)
+	}
+	return string(p)
+}

@@ -1,0 +1,213 @@
+package driver
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+func boundClaim(phase ipamv1.ClaimPhase, ips ...string) *ipamv1.IPAddressClaim {
+	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "c", UID: "claim-uid"},
+		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}, Status: ipamv1.IPAddressClaimStatus{Phase: phase}}
+	for _, ip := range ips {
+		a := testAddress(ip)
+		c.Status.Addresses = append(c.Status.Addresses, ipamv1.ClaimedAddress{Name: a.Name, Address: ip, Family: ipamv1.IPv4})
+	}
+	return c
+}
+
+func tenantSvc() *corev1.Service {
+	s := svc("t", "web", "web-uid")
+	s.Annotations[ipamv1.AnnotationServiceClaim] = "c"
+	s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	return s
+}
+
+func attachViewOf(s *corev1.Service, claim *ipamv1.IPAddressClaim, addrs ...*ipamv1.IPAddress) attachView {
+	v := attachView{svc: s, claim: claim, addrs: addrs, servable: map[string]bool{}, elsewhere: map[string]bool{}, now: t0}
+	for _, a := range addrs {
+		v.servable[a.Name] = true
+	}
+	return v
+}
+
+func attachedAddr(ip string, ns, name, uid string) *ipamv1.IPAddress {
+	a := testAddress(ip, Finalizer)
+	a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: ns, Name: name, UID: types.UID(uid)}
+	return a
+}
+
+func hasEvent(p attachPlan, reason string) bool {
+	for _, e := range p.events {
+		if e.reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPlanAttach(t *testing.T) {
+	const ip = "203.0.113.5"
+	for _, tc := range []struct {
+		name  string
+		view  attachView
+		check func(t *testing.T, p attachPlan)
+	}{
+		{"bound claim: attach, release the hold, pin — three writes", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 1 || len(p.deleteHolds) != 1 || p.pin != ip || p.detach || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"attached and pinned: nothing to write", func() attachView {
+			s := pinned(tenantSvc(), ip)
+			return attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || len(p.deleteHolds) != 0 || p.pin != "" || p.detach || len(p.unattach) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"claim pending: wait with a re-check, detach", attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending)), func(t *testing.T, p attachPlan) {
+			if !p.detach || p.requeue <= 0 || !hasEvent(p, ReasonClaimNotReady) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 8: claim Lost while attached: the pin stays", func() attachView {
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimLost, ip), attachedAddr(ip, "t", "web", "web-uid"))
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if p.detach || p.pin != "" || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"named claim missing: warning and re-check", attachView{svc: tenantSvc(), why: "IPAddressClaim t/c does not exist", now: t0},
+			func(t *testing.T, p attachPlan) {
+				if !p.detach || p.requeue <= 0 || !hasEvent(p, ReasonClaimNotReady) {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"not a LoadBalancer any more: detach", func() attachView {
+			s := pinned(tenantSvc(), ip)
+			s.Spec.Type = corev1.ServiceTypeClusterIP
+			return attachView{svc: s, now: t0}
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"family mismatch: event, detach", func() attachView {
+			s := tenantSvc()
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+			return attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || !hasEvent(p, ReasonFamilyMismatch) || len(p.attach) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"foreign pin: event, nothing written", func() attachView {
+			s := tenantSvc()
+			s.Annotations[metallb.AnnotationAddressPool] = "other"
+			return attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+		}(), func(t *testing.T, p attachPlan) {
+			if p.detach || !hasEvent(p, ReasonForeignPin) || len(p.attach) != 0 || p.pin != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 11: an admin's IPv6 pin in another spelling and order is adopted", func() attachView {
+			s := tenantSvc()
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+			s.Annotations[metallb.AnnotationLoadBalancerIPs] = "2001:0db8:0:0::7, " + ip
+			c := boundClaim(ipamv1.ClaimBound, ip)
+			c.Spec.Family = ipamv1.Dual
+			a6 := testAddress("2001:db8::7", Finalizer)
+			c.Status.Addresses = append(c.Status.Addresses, ipamv1.ClaimedAddress{Name: a6.Name, Address: "2001:db8::7", Family: ipamv1.IPv6})
+			return attachViewOf(s, c, testAddress(ip, Finalizer), a6)
+		}(), func(t *testing.T, p attachPlan) {
+			if hasEvent(p, ReasonForeignPin) || len(p.attach) != 2 || p.pin != ip+",2001:db8::7" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 11: an address the claim lists but not bound to it is not attached", func() attachView {
+			a := testAddress(ip, Finalizer)
+			a.Spec.ClaimRef.Name = "someone-else"
+			return attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), a)
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || p.pin != "" || !hasEvent(p, ReasonAddressNotServable) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 11: an address of another driver's class is not attached", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.servable = map[string]bool{}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || p.pin != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"a second live Service: ClaimInUse, nothing taken", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "other", "other-uid"))
+			v.elsewhere[v.addrs[0].Name] = true
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || p.pin != "" || !hasEvent(p, ReasonClaimInUse) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 11: a re-created Service of the same name takes over, no ClaimInUse", attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip),
+			attachedAddr(ip, "t", "web", "old-uid")), func(t *testing.T, p attachPlan) {
+			if hasEvent(p, ReasonClaimInUse) || len(p.attach) != 1 || p.pin != ip {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 4: re-link from A to B: B attached and pinned, A's attachment ended, no detach", func() attachView {
+			const ipA = "203.0.113.9"
+			s := pinned(tenantSvc(), ipA)
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.attachedHere = []*ipamv1.IPAddress{attachedAddr(ipA, "t", "web", "web-uid")}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if p.detach || len(p.attach) != 1 || p.pin != ip || len(p.unattach) != 1 || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"a placeholder is not a tenant Service", attachView{svc: hold("x", ip, true), placeholder: true}, func(t *testing.T, p attachPlan) {
+			if p.detach || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, planAttach(tc.view)) })
+	}
+}
+
+func TestAutoClaimOf(t *testing.T) {
+	s := svc("t", "web", "new-uid")
+	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "web",
+		Annotations: map[string]string{ipamv1.AnnotationAutoClaim: "true"}}}
+	if !autoClaimOf(c, s) {
+		t.Fatal("an auto-claim without an owner (owner reference removed) still links")
+	}
+	yes := true
+	c.OwnerReferences = []metav1.OwnerReference{{Kind: "Service", Name: "web", UID: "old-uid", Controller: &yes}}
+	if autoClaimOf(c, s) {
+		t.Fatal("defect 11: a re-created Service used the dying claim of the old one")
+	}
+	c.OwnerReferences[0].UID = "new-uid"
+	if !autoClaimOf(c, s) {
+		t.Fatal("the Service's own auto-claim does not link")
+	}
+	delete(c.Annotations, ipamv1.AnnotationAutoClaim)
+	if autoClaimOf(c, s) {
+		t.Fatal("a claim not made by auto-claim links by name")
+	}
+}
