@@ -59,13 +59,19 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 	return rel, nil
 }
 
-// Render renders the chart offline (client-only install, as `helm template` does) and returns
-// the manifest. Values are validated against the chart's schema.
+// Render renders the chart offline (client-only install, as `helm template` does) as a release
+// named after the chart and returns the manifest. Values are validated against the chart's schema.
 func Render(c *chart.Chart, namespace string, values map[string]any) (string, error) {
+	return RenderRelease(c, c.Name(), namespace, values)
+}
+
+// RenderRelease is Render with the release name given (a Cozystack PackageSource names the
+// release of a wrapper chart).
+func RenderRelease(c *chart.Chart, release, namespace string, values map[string]any) (string, error) {
 	cfg := new(action.Configuration)
 	install := action.NewInstall(cfg)
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = c.Name(), namespace
+	install.ReleaseName, install.Namespace = release, namespace
 	install.IncludeCRDs = true
 	v, err := chartutil.ParseKubeVersion("v1.37.2")
 	if err != nil {
