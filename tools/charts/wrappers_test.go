@@ -159,3 +159,12 @@ func TestVendoredChartsAreFresh(t *testing.T) {
 		})
 	}
 }
+
+func readme(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Dir(root, name), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
