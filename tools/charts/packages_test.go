@@ -3,8 +3,8 @@ package charts
 import (
 	"maps"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
