@@ -17,6 +17,7 @@ func TestChartsLint(t *testing.T) {
 		for _, errs := range [][]error{
 			Lint(Dir(root, name), nil),
 			Lint(Dir(root, name), map[string]any{"deploy": false}),
+			Lint(filepath.Join(root, "packages", "system", name), nil),
 		} {
 			for _, err := range errs {
 				t.Errorf("%s: %v", name, err)
