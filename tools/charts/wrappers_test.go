@@ -104,8 +104,8 @@ func TestWrappersRenderFromPackagesAlone(t *testing.T) {
 	}
 }
 
-// The wrapper pins the same kubeVersion as the chart it wraps: Helm checks only the chart being
-// installed, which on Cozystack is the wrapper.
+// The wrapper pins the same kubeVersion as the chart it wraps (Helm checks only the chart being
+// installed, which on Cozystack is the wrapper) and declares the vendored chart at its version.
 func TestWrappersKubeVersion(t *testing.T) {
 	for _, name := range []string{"address-controller", "metallb-iad"} {
 		w, err := Load(filepath.Join(root, "packages", "system", name))
@@ -118,6 +118,10 @@ func TestWrappersKubeVersion(t *testing.T) {
 		}
 		if w.Metadata.KubeVersion == "" || w.Metadata.KubeVersion != c.Metadata.KubeVersion {
 			t.Errorf("%s: wrapper kubeVersion %q, chart %q", name, w.Metadata.KubeVersion, c.Metadata.KubeVersion)
+		}
+		if len(w.Metadata.Dependencies) != 1 || w.Metadata.Dependencies[0].Name != name || w.Metadata.Dependencies[0].Version != c.Metadata.Version ||
+			w.Metadata.Dependencies[0].Repository != "" {
+			t.Errorf("%s: the wrapper must declare the vendored chart %s %s without a repository: %+v", name, name, c.Metadata.Version, w.Metadata.Dependencies)
 		}
 	}
 }
