@@ -59,6 +59,19 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 	return rel, nil
 }
 
+// Uninstall removes a release, like `helm uninstall`.
+func Uninstall(kubeconfig, namespace, name string) error {
+	cfg := new(action.Configuration)
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &kubeconfig
+	flags.Namespace = &namespace
+	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
+		return err
+	}
+	_, err := action.NewUninstall(cfg).Run(name)
+	return err
+}
+
 // Render renders the chart offline (client-only install, as `helm template` does) as a release
 // named after the chart and returns the manifest. Values are validated against the chart's schema.
 func Render(c *chart.Chart, namespace string, values map[string]any) (string, error) {

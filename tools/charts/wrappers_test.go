@@ -172,3 +172,5 @@ func readme(t *testing.T, name string) string {
 	}
 	return string(data)
 }
+
+func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
