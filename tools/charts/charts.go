@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -14,7 +15,14 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
 // Load reads a chart directory.
@@ -46,7 +54,7 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 		if err != nil {
 			return nil, fmt.Errorf("installing %s: %w", name, err)
 		}
-		return rel, nil
+		return rel, waitForCRDs(ctx, kubeconfig, rel)
 	} else if err != nil {
 		return nil, err
 	}
@@ -56,7 +64,55 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 	if err != nil {
 		return nil, fmt.Errorf("upgrading %s: %w", name, err)
 	}
-	return rel, nil
+	return rel, waitForCRDs(ctx, kubeconfig, rel)
+}
+
+// waitForCRDs waits until every CRD the release manifest holds is Established, as Helm does for
+// a chart's crds/ directory: the core's chart ships its CRDs as templates (so that upgrades
+// update them), and whatever comes next (a controller's informers, objects of those kinds) needs
+// them served.
+func waitForCRDs(ctx context.Context, kubeconfig string, rel *release.Release) error {
+	objs, err := kubeapply.Decode([]byte(rel.Manifest))
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			names = append(names, o.GetName())
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, name := range names {
+		err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s of release %s is not established: %w", name, rel.Name, err)
+		}
+	}
+	return nil
 }
 
 // Uninstall removes a release, like `helm uninstall`.
