@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
 // The wrapper charts ship the digest references of the product page, reach the wrapped chart's
