@@ -11,8 +11,10 @@ SANDBOX_DIR ?= $(CURDIR)/.sandbox
 GO          ?= go
 BINARIES    := $(GO) run ./tools/cmd/binaries
 TEST_FLAGS  ?=
+# Charts the Cozystack packages wrap: packages/system/<name>/charts/<name> is a copy of charts/<name>.
+PACKAGED    := address-controller metallb-iad
 GENERATED   := address-controller/api address-controller/config metallb-iad/internal/metallb metallb-iad/config \
-               charts/address-controller/crds charts/address-controller/files charts/metallb-iad/files
+               charts/address-controller/files charts/metallb-iad/files
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
@@ -35,7 +37,7 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC with controller-gen.
 	cd metallb-iad && "$$(cd .. && $(BINARIES) path controller-gen)" \
 		object:headerFile=../address-controller/hack/boilerplate.go.txt paths=./internal/metallb/... \
 		rbac:roleName=metallb-iad output:rbac:artifacts:config=config/rbac paths=./...
-	cp address-controller/config/crd/*.yaml charts/address-controller/crds/
+	cp address-controller/config/crd/*.yaml charts/address-controller/files/crds/
 	cp address-controller/config/rbac/role.yaml charts/address-controller/files/role.yaml
 	cp metallb-iad/config/rbac/role.yaml charts/metallb-iad/files/role.yaml
 
@@ -45,6 +47,33 @@ check-generated: generate ## Fail when the committed generated files are stale.
 		echo "generated files are stale; run 'make generate' and commit the result:"; \
 		git status --porcelain -- $(GENERATED); \
 		git --no-pager diff --stat -- $(GENERATED); \
+		exit 1; \
+	fi
+
+.PHONY: vendor-charts
+vendor-charts: ## Copy charts/<name> into packages/system/<name>/charts/ (Cozystack builds packages from packages/ alone).
+	@for c in $(PACKAGED); do \
+		rm -rf "packages/system/$$c/charts"; mkdir -p "packages/system/$$c/charts"; \
+		cp -R "charts/$$c" "packages/system/$$c/charts/$$c"; \
+	done
+
+.PHONY: check-vendored
+check-vendored: vendor-charts ## Fail when a wrapper's vendored chart differs from charts/.
+	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts))" ]; then \
+		echo "vendored charts are stale; run 'make vendor-charts' and commit the result:"; \
+		git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts); \
+		exit 1; \
+	fi
+
+.PHONY: chart-docs
+chart-docs: ## Regenerate the value tables of the chart READMEs from the '# --' comments in values.yaml.
+	$(GO) run ./tools/cmd/chartdocs $(addprefix charts/,$(PACKAGED))
+
+.PHONY: check-chart-docs
+check-chart-docs: chart-docs ## Fail when a chart README's value table is stale.
+	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),charts/$(c)/README.md))" ]; then \
+		echo "chart READMEs are stale; run 'make chart-docs' and commit the result:"; \
+		git --no-pager diff -- $(foreach c,$(PACKAGED),charts/$(c)/README.md); \
 		exit 1; \
 	fi
 
@@ -76,7 +105,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated binaries test-unit test-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored binaries test-unit test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -14,7 +15,14 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
 // Load reads a chart directory.
@@ -46,7 +54,7 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 		if err != nil {
 			return nil, fmt.Errorf("installing %s: %w", name, err)
 		}
-		return rel, nil
+		return rel, waitForCRDs(ctx, kubeconfig, rel)
 	} else if err != nil {
 		return nil, err
 	}
@@ -56,16 +64,83 @@ func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Cha
 	if err != nil {
 		return nil, fmt.Errorf("upgrading %s: %w", name, err)
 	}
-	return rel, nil
+	return rel, waitForCRDs(ctx, kubeconfig, rel)
 }
 
-// Render renders the chart offline (client-only install, as `helm template` does) and returns
-// the manifest. Values are validated against the chart's schema.
+// waitForCRDs waits until every CRD the release manifest holds is Established, as Helm does for
+// a chart's crds/ directory: the core's chart ships its CRDs as templates (so that upgrades
+// update them), and whatever comes next (a controller's informers, objects of those kinds) needs
+// them served.
+func waitForCRDs(ctx context.Context, kubeconfig string, rel *release.Release) error {
+	objs, err := kubeapply.Decode([]byte(rel.Manifest))
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			names = append(names, o.GetName())
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, name := range names {
+		err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s of release %s is not established: %w", name, rel.Name, err)
+		}
+	}
+	return nil
+}
+
+// Uninstall removes a release, like `helm uninstall`.
+func Uninstall(kubeconfig, namespace, name string) error {
+	cfg := new(action.Configuration)
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &kubeconfig
+	flags.Namespace = &namespace
+	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
+		return err
+	}
+	_, err := action.NewUninstall(cfg).Run(name)
+	return err
+}
+
+// Render renders the chart offline (client-only install, as `helm template` does) as a release
+// named after the chart and returns the manifest. Values are validated against the chart's schema.
 func Render(c *chart.Chart, namespace string, values map[string]any) (string, error) {
+	return RenderRelease(c, c.Name(), namespace, values)
+}
+
+// RenderRelease is Render with the release name given (a Cozystack PackageSource names the
+// release of a wrapper chart).
+func RenderRelease(c *chart.Chart, release, namespace string, values map[string]any) (string, error) {
 	cfg := new(action.Configuration)
 	install := action.NewInstall(cfg)
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = c.Name(), namespace
+	install.ReleaseName, install.Namespace = release, namespace
 	install.IncludeCRDs = true
 	v, err := chartutil.ParseKubeVersion("v1.37.2")
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart"
+
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
@@ -15,6 +17,7 @@ func TestChartsLint(t *testing.T) {
 		for _, errs := range [][]error{
 			Lint(Dir(root, name), nil),
 			Lint(Dir(root, name), map[string]any{"deploy": false}),
+			Lint(filepath.Join(root, "packages", "system", name), nil),
 		} {
 			for _, err := range errs {
 				t.Errorf("%s: %v", name, err)
@@ -29,9 +32,15 @@ func render(t *testing.T, name string, values map[string]any) map[string]map[str
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest, err := Render(c, "cozy-"+name, values)
+	return renderChart(t, c, name, "cozy-"+name, values)
+}
+
+// renderChart renders a loaded chart as release in namespace and indexes the objects by kind/name.
+func renderChart(t *testing.T, c *chart.Chart, release, namespace string, values map[string]any) map[string]map[string]any {
+	t.Helper()
+	manifest, err := RenderRelease(c, release, namespace, values)
 	if err != nil {
-		t.Fatalf("rendering %s with %v: %v", name, values, err)
+		t.Fatalf("rendering %s with %v: %v", c.Name(), values, err)
 	}
 	objs, err := kubeapply.Decode([]byte(manifest))
 	if err != nil {

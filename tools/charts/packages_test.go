@@ -8,59 +8,7 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
-
-// The platform's emission rule: which Packages each variant and bundle setting emits.
-func TestPackageEmission(t *testing.T) {
-	c, err := Load(filepath.Join(root, "packages", "core", "platform"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	both := []any{"cozystack.address-controller", "cozystack.metallb-iad"}
-	for _, tc := range []struct {
-		name     string
-		variant  string
-		enabled  []any
-		disabled []any
-		want     []string
-	}{
-		{"isp-full, both enabled", "isp-full", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
-		{"isp-full-generic, both enabled", "isp-full-generic", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
-		{"isp-hosted: no MetalLB, no driver", "isp-hosted", both, nil, []string{"cozystack.address-controller"}},
-		{"slim variant without MetalLB", "distro-full", both, nil, []string{"cozystack.address-controller"}},
-		{"slim variant that enables MetalLB", "distro-full", append(slices.Clone(both), "cozystack.metallb"), nil,
-			[]string{"cozystack.address-controller", "cozystack.metallb-iad"}},
-		{"MetalLB disabled", "isp-full", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
-		{"only the core", "isp-full", []any{"cozystack.address-controller"}, nil, []string{"cozystack.address-controller"}},
-		{"only the driver", "isp-full", []any{"cozystack.metallb-iad"}, nil, []string{"cozystack.metallb-iad"}},
-		{"nothing enabled", "isp-full", nil, nil, nil},
-		{"core disabled", "isp-full", both, []any{"cozystack.address-controller"}, []string{"cozystack.metallb-iad"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			manifest, err := Render(c, "cozy-system", map[string]any{"variant": tc.variant,
-				"bundles": map[string]any{"enabledPackages": tc.enabled, "disabledPackages": tc.disabled}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := kubeapply.Decode([]byte(manifest))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, o := range objs {
-				if o.GetKind() != "Package" || o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
-					t.Fatalf("unexpected object %s/%s (annotations %v)", o.GetKind(), o.GetName(), o.GetAnnotations())
-				}
-				got = append(got, o.GetName())
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("emitted %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
 
 // The wrapper charts ship the digest references of the product page, reach the wrapped chart's
 // image value as <component>.image, and render with the package's namespace settings.

@@ -373,7 +373,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 			"--authentication-kubeconfig=" + kubeconfig,
 			"--authorization-kubeconfig=" + kubeconfig,
 			"--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller," +
-				"serviceaccount-token-controller,clusterrole-aggregation-controller",
+				"serviceaccount-token-controller,clusterrole-aggregation-controller,resourcequota-controller",
 			"--service-account-private-key-file=" + cp.pki.path("sa.key"),
 			"--root-ca-file=" + cp.pki.path("ca.crt"),
 			"--leader-elect=false",

@@ -1,0 +1,105 @@
+package promcheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"text/template"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Expression is one PromQL expression a chart ships and where.
+type Expression struct {
+	Where, Expr string
+}
+
+var labelValuesRE = regexp.MustCompile(`^\s*label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$`)
+
+// ChartExpressions reads the alert expressions of a chart (files/alerts.yaml, rendered with the
+// chart's default values and the namespace given, as the PrometheusRule template renders it) and
+// the queries of its Grafana dashboard (files/dashboard.json). A dashboard variable
+// label_values(m, l) becomes `group by (l) (m)`, so that m must exist and carry l.
+func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
+	var values map[string]any
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		return nil, err
+	}
+	text, err := os.ReadFile(filepath.Join(chartDir, "files", "alerts.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := template.New("alerts").Option("missingkey=error").Parse(string(text))
+	if err != nil {
+		return nil, err
+	}
+	var rendered bytes.Buffer
+	if err := tmpl.Execute(&rendered, map[string]any{"Release": map[string]any{"Namespace": namespace}, "Values": values}); err != nil {
+		return nil, err
+	}
+	var rules struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert, Record, Expr string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(rendered.Bytes(), &rules); err != nil {
+		return nil, err
+	}
+	var out []Expression
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			out = append(out, Expression{Where: "alert " + r.Alert + r.Record, Expr: r.Expr})
+		}
+	}
+
+	data, err = os.ReadFile(filepath.Join(chartDir, "files", "dashboard.json"))
+	if err != nil {
+		return nil, err
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+		Templating struct {
+			List []struct {
+				Name  string
+				Type  string
+				Query any
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	for _, p := range dash.Panels {
+		for _, t := range p.Targets {
+			out = append(out, Expression{Where: "panel " + p.Title, Expr: t.Expr})
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(string)
+		if m, ok := v.Query.(map[string]any); ok {
+			q, _ = m["query"].(string)
+		}
+		m := labelValuesRE.FindStringSubmatch(q)
+		if m == nil {
+			return nil, fmt.Errorf("dashboard variable %s: query %q is not label_values(metric, label)", v.Name, q)
+		}
+		out = append(out, Expression{Where: "variable " + v.Name, Expr: fmt.Sprintf("group by (%s) (%s)", m[2], m[1])})
+	}
+	return out, nil
+}

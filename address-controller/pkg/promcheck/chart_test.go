@@ -1,0 +1,44 @@
+package promcheck_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cozystack/reserved-ips/address-controller/internal/controller"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
+)
+
+// Every alert expression and dashboard query of the address-controller chart names only metrics
+// and labels the controller exports: its own (as its Register method registers them) and
+// controller-runtime's standard ones.
+func TestAddressControllerChartQueriesUseExportedMetrics(t *testing.T) {
+	known, err := promcheck.Registered(func(r prometheus.Registerer) error { return controller.NewMetrics(nil).Register(r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"address_controller_claims", "address_controller_addresses", "address_controller_claim_bind_duration_seconds_bucket"} {
+		if _, ok := known[want]; !ok {
+			t.Fatalf("the controller's metrics were not read: %v", known)
+		}
+	}
+	std, err := promcheck.ControllerRuntime(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	known.Merge(std)
+	exprs, err := promcheck.ChartExpressions(filepath.Join("..", "..", "..", "charts", "address-controller"), "cozy-address-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exprs) < 8 {
+		t.Fatalf("only %d expressions read from the chart", len(exprs))
+	}
+	for _, e := range exprs {
+		for _, err := range promcheck.Check(e.Expr, known) {
+			t.Errorf("%s: %v", e.Where, err)
+		}
+	}
+}

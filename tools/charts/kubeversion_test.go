@@ -1,0 +1,174 @@
+package charts
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/cel-go/cel"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	schemacel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
+)
+
+// servedSince is the Kubernetes minor release whose apiserver first serves a kind the charts
+// ship, for the kinds newer than the oldest release considered (kinds not listed are older).
+var servedSince = map[string]int{
+	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicy":        30,
+	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicyBinding": 30,
+	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicy":          36,
+	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding":   36,
+}
+
+// acceptedBy reports why an apiserver of Kubernetes 1.<minor> would refuse an object (nil: it
+// accepts it). A new CEL expression is compiled, as the apiserver does, with the libraries of its
+// compatibility version — the release before it.
+func acceptedBy(t *testing.T, minor int, o unstructured.Unstructured) error {
+	gvk := o.GroupVersionKind().String()
+	if since, ok := servedSince[gvk]; ok && minor < since {
+		return fmt.Errorf("%s is served from 1.%d", gvk, since)
+	}
+	envSet := environment.MustBaseEnvSet(version.MajorMinor(1, uint(minor-1)))
+	switch o.GetKind() {
+	case "CustomResourceDefinition":
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &crd); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range crd.Spec.Versions {
+			var internal apiextensions.JSONSchemaProps
+			if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
+				t.Fatal(err)
+			}
+			s, err := schema.NewStructural(&internal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := compileRules(s, true, envSet); err != nil {
+				return fmt.Errorf("CRD %s %s: %w", o.GetName(), v.Name, err)
+			}
+		}
+	case "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy":
+		env, err := envSet.NewExpressionsEnv().Extend(
+			cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType),
+			cel.Variable("request", cel.DynType), cel.Variable("params", cel.DynType),
+			cel.Variable("namespaceObject", cel.DynType), cel.Variable("authorizer", cel.DynType),
+			cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, expr := range policyExpressions(o.Object) {
+			if _, iss := env.Compile(expr); iss.Err() != nil {
+				return fmt.Errorf("%s %s: %q: %w", o.GetKind(), o.GetName(), expr, iss.Err())
+			}
+		}
+	}
+	return nil
+}
+
+// compileRules compiles every x-kubernetes-validations rule of a structural schema, recursively.
+func compileRules(s *schema.Structural, root bool, envSet *environment.EnvSet) error {
+	if len(s.XValidations) > 0 {
+		results, err := schemacel.Compile(s, model.SchemaDeclType(s, root), celconfig.PerCallLimit, envSet, schemacel.NewExpressionsEnvLoader())
+		if err != nil {
+			return err
+		}
+		for i, r := range results {
+			if r.Error != nil {
+				return fmt.Errorf("rule %q: %v", s.XValidations[i].Rule, r.Error)
+			}
+		}
+	}
+	for _, p := range s.Properties {
+		if err := compileRules(&p, false, envSet); err != nil {
+			return err
+		}
+	}
+	if s.Items != nil {
+		if err := compileRules(s.Items, false, envSet); err != nil {
+			return err
+		}
+	}
+	if s.AdditionalProperties != nil && s.AdditionalProperties.Structural != nil {
+		return compileRules(s.AdditionalProperties.Structural, false, envSet)
+	}
+	return nil
+}
+
+// policyExpressions collects every CEL expression of an admission policy.
+func policyExpressions(obj map[string]any) []string {
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, val := range x {
+				if s, ok := val.(string); ok && (k == "expression" || k == "messageExpression" || k == "valueExpression") {
+					out = append(out, s)
+				}
+				walk(val)
+			}
+		case []any:
+			for _, val := range x {
+				walk(val)
+			}
+		}
+	}
+	walk(obj["spec"])
+	return out
+}
+
+// Each chart's kubeVersion is the oldest Kubernetes whose apiserver serves every kind the chart
+// ships and accepts every CEL rule and policy expression in it (DESIGN §8): older releases are
+// refused by Helm, and the chart does not refuse releases that would work.
+func TestKubeVersionIsTheOldestThatAcceptsTheChart(t *testing.T) {
+	for _, name := range []string{"address-controller", "metallb-iad"} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(Dir(root, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest, err := Render(c, "cozy-"+name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := kubeapply.Decode([]byte(manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldest, reason := 0, ""
+			for minor := 37; minor >= 25; minor-- {
+				var refused error
+				for _, o := range objs {
+					if refused = acceptedBy(t, minor, *o); refused != nil {
+						break
+					}
+				}
+				if refused != nil {
+					reason = refused.Error()
+					break
+				}
+				oldest = minor
+			}
+			if oldest == 0 {
+				t.Fatalf("not even 1.37 accepts the chart: %s", reason)
+			}
+			want := fmt.Sprintf(">=1.%d.0-0", oldest)
+			if c.Metadata.KubeVersion != want {
+				t.Errorf("kubeVersion %q, want %q (1.%d refuses it: %s)", c.Metadata.KubeVersion, want, oldest-1, reason)
+			}
+			if !strings.Contains(readme(t, name), fmt.Sprintf("Kubernetes 1.%d", oldest)) {
+				t.Errorf("README does not state the minimum, Kubernetes 1.%d", oldest)
+			}
+		})
+	}
+}

@@ -1,0 +1,191 @@
+package charts
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+
+	"github.com/cozystack/reserved-ips/tools/kubeapply"
+)
+
+// platformHarness assembles a chart shaped like Cozystack's platform chart: the stand-in for the
+// platform's own helpers and values layout (testdata/platform), the emission fragment dropped in
+// unchanged as templates/bundles/reserved-ips.yaml, and the PackageSources under sources/.
+func platformHarness(t *testing.T) *chart.Chart {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "platform")
+	copyTree(t, filepath.Join("testdata", "platform"), dir)
+	copyTree(t, filepath.Join(root, "packages", "core", "platform", "templates"), filepath.Join(dir, "templates"))
+	copyTree(t, filepath.Join(root, "packages", "core", "platform", "sources"), filepath.Join(dir, "sources"))
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// emissionCase is one platform configuration and the reserved-IP Packages it must emit.
+type emissionCase struct {
+	name     string
+	system   bool
+	variant  string
+	enabled  []any
+	disabled []any
+	want     []string
+}
+
+var both = []any{"cozystack.address-controller", "cozystack.metallb-iad"}
+
+var emissionCases = []emissionCase{
+	{"isp-full, both enabled", true, "isp-full", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+	{"isp-full-generic, both enabled", true, "isp-full-generic", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+	{"isp-hosted: no MetalLB, no driver", true, "isp-hosted", both, nil, []string{"cozystack.address-controller"}},
+	{"slim variant without MetalLB", true, "distro-full", both, nil, []string{"cozystack.address-controller"}},
+	{"slim variant that enables MetalLB", true, "distro-full", append(slices.Clone(both), "cozystack.metallb"), nil,
+		[]string{"cozystack.address-controller", "cozystack.metallb-iad"}},
+	{"MetalLB disabled", true, "isp-full", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
+	{"only the core", true, "isp-full", []any{"cozystack.address-controller"}, nil, []string{"cozystack.address-controller"}},
+	// DESIGN §8: a driver without the core would wait on a missing dependency for ever.
+	{"only the driver: nothing", true, "isp-full", []any{"cozystack.metallb-iad"}, nil, nil},
+	{"core disabled: no driver either", true, "isp-full", both, []any{"cozystack.address-controller"}, nil},
+	{"driver disabled", true, "isp-full", both, []any{"cozystack.metallb-iad"}, []string{"cozystack.address-controller"}},
+	{"nothing enabled", true, "isp-full", nil, nil, nil},
+	{"system bundle off", false, "isp-full", both, nil, nil},
+}
+
+func (tc emissionCase) values() map[string]any {
+	return map[string]any{"bundles": map[string]any{
+		"system":          map[string]any{"enabled": tc.system, "variant": tc.variant},
+		"enabledPackages": tc.enabled, "disabledPackages": tc.disabled,
+	}}
+}
+
+// platformEmits is what the platform itself emits in a configuration, as far as our sources
+// depend on it: the networking package with every system bundle, MetalLB on the isp-full
+// variants or where a variant enables it, unless disabled.
+func (tc emissionCase) platformEmits() []string {
+	if !tc.system {
+		return nil
+	}
+	out := []string{"cozystack.networking"}
+	metallb := tc.variant == "isp-full" || tc.variant == "isp-full-generic" || slices.Contains(tc.enabled, any("cozystack.metallb"))
+	if metallb && !slices.Contains(tc.disabled, any("cozystack.metallb")) {
+		out = append(out, "cozystack.metallb")
+	}
+	return out
+}
+
+// renderPackages renders the harness and returns the emitted Packages (all kept on removal) and
+// the PackageSources by name.
+func renderPackages(t *testing.T, c *chart.Chart, values map[string]any) ([]string, map[string]map[string]any) {
+	t.Helper()
+	manifest, err := RenderRelease(c, "platform", "cozy-system", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubeapply.Decode([]byte(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packages []string
+	sources := map[string]map[string]any{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Package":
+			if o.GetAnnotations()["helm.sh/resource-policy"] != "keep" || dig(o.Object, "spec", "variant") != "default" {
+				t.Errorf("Package %s: annotations %v, spec %v", o.GetName(), o.GetAnnotations(), o.Object["spec"])
+			}
+			packages = append(packages, o.GetName())
+		case "PackageSource":
+			sources[o.GetName()] = o.Object
+		default:
+			t.Errorf("unexpected object %s/%s", o.GetKind(), o.GetName())
+		}
+	}
+	return packages, sources
+}
+
+// The platform's emission rule, dropped into a chart with the platform's values layout
+// (bundles.system.variant) and optional-package helper: which Packages each variant and bundle
+// setting emits. The driver is never emitted without the core.
+func TestPackageEmission(t *testing.T) {
+	c := platformHarness(t)
+	for _, tc := range emissionCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := renderPackages(t, c, tc.values())
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("emitted %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Every dependency of every emitted Package is emitted too, in every configuration: a Package
+// waiting on one that never comes keeps the platform release from becoming Ready. The core
+// depends on the networking package, as Cozystack's own sources of system packages do.
+func TestPackageSourceDependencies(t *testing.T) {
+	c := platformHarness(t)
+	_, sources := renderPackages(t, c, emissionCases[0].values())
+	for _, name := range []string{"cozystack.address-controller", "cozystack.metallb-iad"} {
+		if sources[name] == nil {
+			t.Fatalf("PackageSource %s is not rendered by the platform's sources glob: %v", name, slices.Collect(maps.Keys(sources)))
+		}
+		if dig(sources[name], "spec", "variants", 0, "name") != "default" {
+			t.Errorf("%s: first variant is not default", name)
+		}
+	}
+	deps := func(name string) []string { return toStrings(dig(sources[name], "spec", "variants", 0, "dependsOn")) }
+	if !slices.Contains(deps("cozystack.address-controller"), "cozystack.networking") {
+		t.Errorf("cozystack.address-controller depends on %v, want cozystack.networking among them", deps("cozystack.address-controller"))
+	}
+	for _, want := range []string{"cozystack.address-controller", "cozystack.metallb"} {
+		if !slices.Contains(deps("cozystack.metallb-iad"), want) {
+			t.Errorf("cozystack.metallb-iad depends on %v, want %s among them", deps("cozystack.metallb-iad"), want)
+		}
+	}
+	for _, tc := range emissionCases {
+		emitted, _ := renderPackages(t, c, tc.values())
+		all := append(tc.platformEmits(), emitted...)
+		for _, p := range emitted {
+			for _, d := range deps(p) {
+				if !slices.Contains(all, d) {
+					t.Errorf("%s: %s is emitted but its dependency %s is not (emitted: %v)", tc.name, p, d, all)
+				}
+			}
+		}
+	}
+}
+
+// The fragment uses only what Cozystack's platform chart provides: its optional-package helper,
+// its bundle values, and templates it defines itself.
+func TestEmissionFragmentUsesOnlyPlatformInterfaces(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "packages", "core", "platform", "templates", "bundles", "reserved-ips.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`define "([^"]+)"`).FindAllStringSubmatch(text, -1) {
+		defined[m[1]] = true
+	}
+	platformHelpers := map[string]bool{"cozystack.platform.package.optional.default": true, "cozystack.platform.package.optional": true}
+	for _, m := range regexp.MustCompile(`include "([^"]+)"`).FindAllStringSubmatch(text, -1) {
+		if !defined[m[1]] && !platformHelpers[m[1]] {
+			t.Errorf("the fragment includes %q, which neither it nor the platform chart defines", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile(`\.Values((?:\.[A-Za-z]+)+)`).FindAllStringSubmatch(text, -1) {
+		if !strings.HasPrefix(m[1], ".bundles") {
+			t.Errorf("the fragment reads .Values%s; the platform keeps the bundle settings under .Values.bundles", m[1])
+		}
+	}
+	if strings.Contains(text, ".Values.variant") {
+		t.Error("the fragment reads .Values.variant; the platform's variant is bundles.system.variant")
+	}
+}
