@@ -113,11 +113,12 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 		return nil, err
 	}
 	for _, img := range images.Images {
-		idx, err := images.Build(ctx, img, images.Options{Root: root, Version: "e2e", Revision: "e2e",
+		built, err := images.Build(ctx, img, images.Options{Root: root, Version: "e2e", Revision: "e2e",
 			Platforms: []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}})
 		if err != nil {
 			return nil, err
 		}
+		idx := built.Index
 		m, err := idx.IndexManifest()
 		if err != nil {
 			return nil, err

@@ -42,6 +42,7 @@ const (
 	EtcdVersion          = "v3.6.16"
 	MetalLBVersion       = "v0.15.2"
 	ControllerGenVersion = "v0.23.0"
+	DistributionVersion  = "v3.1.2"
 )
 
 var (
@@ -89,10 +90,19 @@ var (
 		Packages: []string{"sigs.k8s.io/controller-tools/cmd/controller-gen"},
 		Commands: []string{"controller-gen"},
 	}
+	// Distribution is the CNCF registry server; the mirror tool's tests run it on loopback.
+	Distribution = Component{
+		Name:     "distribution",
+		Module:   "github.com/distribution/distribution/v3",
+		Version:  DistributionVersion,
+		Packages: []string{"github.com/distribution/distribution/v3/cmd/registry"},
+		Commands: []string{"registry"},
+		LDFlags:  "-X github.com/distribution/distribution/v3/version.version=" + DistributionVersion,
+	}
 )
 
 // All lists every component, in build order (fast ones first).
-var All = []Component{ControllerGen, Etcd, MetalLB, Kubernetes}
+var All = []Component{ControllerGen, Etcd, Distribution, MetalLB, Kubernetes}
 
 // ByName returns the component called name.
 func ByName(name string) (Component, bool) {
