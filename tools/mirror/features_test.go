@@ -69,7 +69,8 @@ func attach(t *testing.T, ref string, opts ...remote.Option) []v1.Hash {
 // verifier looks: the referrers of its subject, or cosign's tag.
 func checkAttachments(t *testing.T, dst string, want []v1.Hash, opts ...remote.Option) {
 	t.Helper()
-	d, err := name.NewDigest(dst)
+	// Insecure only lets the client fall back to plain HTTP (the plain-HTTP registry test).
+	d, err := name.NewDigest(dst, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
