@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -105,7 +106,15 @@ func SBOM(bin []byte, imageName string, p v1.Platform, opts Options) ([]byte, er
 
 	for i, dep := range bi.Deps {
 		id := common.ElementID(fmt.Sprintf("Module-%d-%s", i, spdxIDChars.ReplaceAllString(dep.Path, "-")))
-		doc.Packages = append(doc.Packages, module(id, dep, "", ""))
+		var p *spdx.Package
+		if dep.Version == "(devel)" && dep.Replace == nil {
+			// Another module of this workspace: built from the same source and revision.
+			p = module(id, dep, opts.Source, opts.Revision)
+			p.PackageVersion, p.PrimaryPackagePurpose = opts.Version, "LIBRARY"
+		} else {
+			p = module(id, dep, "", "")
+		}
+		doc.Packages = append(doc.Packages, p)
 		doc.Relationships = append(doc.Relationships, &spdx.Relationship{
 			RefA: common.MakeDocElementID("", string(mainID)), RefB: common.MakeDocElementID("", string(id)), Relationship: "DEPENDS_ON"})
 	}
@@ -133,7 +142,7 @@ func module(id common.ElementID, m *debug.Module, source, revision string) *spdx
 	if source != "" {
 		p.PackageDownloadLocation = "git+" + source + "@" + revision
 		p.PrimaryPackagePurpose = "APPLICATION"
-		p.PackageExternalReferences[0].Locator = "pkg:golang/" + m.Path
+		p.PackageExternalReferences[0].Locator = "pkg:golang/" + m.Path + "?vcs_url=" + url.QueryEscape("git+"+source+"@"+revision)
 	} else if version != "" && version != "(devel)" {
 		p.PackageDownloadLocation = "https://proxy.golang.org/" + m.Path + "/@v/" + version + ".zip"
 	}
