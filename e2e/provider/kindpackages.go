@@ -168,3 +168,5 @@ func restartPods(ctx context.Context, cs kubernetes.Interface, names ...string) 
 	}
 	return nil
 }
+
+var _ Restarter = (*kindCluster)(nil)
