@@ -16,6 +16,9 @@ PACKAGED    := address-controller metallb-iad
 GENERATED   := address-controller/api address-controller/config metallb-iad/internal/metallb metallb-iad/config \
                charts/address-controller/files charts/metallb-iad/files
 
+# images.yaml is the one source of truth for the shipped image references; these derive from it.
+IMAGES_DERIVED := images.yaml packages charts README.md docs
+
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
 
@@ -24,7 +27,7 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
-binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB, controller-gen and golangci-lint.
+binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB, controller-gen, golangci-lint and the distribution registry.
 	$(BINARIES) build
 
 .PHONY: generate
@@ -83,14 +86,31 @@ build: ## Build the controllers and tools into ./bin.
 	$(GO) build -o $(LOCALBIN)/ $(wildcard ./address-controller/cmd/*) $(wildcard ./metallb-iad/cmd/*) $(wildcard ./tools/cmd/*)
 
 .PHONY: images
-images: ## Build both images without Docker into an OCI layout (IMAGES_DIR, default ./bin/images).
-	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images)
+images: ## The reference build: both images, each with an SPDX SBOM referrer per platform, into an OCI layout (IMAGES_DIR, default ./bin/images).
+	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images) $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: ## Build and push both images to REGISTRY (e.g. ghcr.io/cozystack), then point packages/ at their digests.
-	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack [VERSION=v0.1.0]"; exit 2; }
-	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) -update-packages
-	@git --no-pager diff --stat -- packages/
+release: ## Build and push both images with their SBOMs to REGISTRY, then write the digests to images.yaml and every place derived from it.
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
+	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
+	@git --no-pager diff --stat
+
+.PHONY: release-commit
+release-commit: ## After make release: check every derived place, commit the new digests and tag that commit VERSION.
+	@test -n "$(VERSION)" || { echo "usage: make release-commit VERSION=v0.1.0"; exit 2; }
+	$(GO) run ./tools/cmd/images check
+	git add -A -- $(IMAGES_DERIVED)
+	git commit -q -m "Release $(VERSION): packages, charts and docs name the pushed image digests"
+	git tag -a "$(VERSION)" -m "$(VERSION)"
+	@echo "tagged $(VERSION) at $$(git rev-parse --short HEAD)"
+
+.PHONY: sync-images
+sync-images: ## Derive every place that names a shipped image (packages, charts, READMEs, docs) from images.yaml.
+	$(GO) run ./tools/cmd/images sync
+
+.PHONY: check-images
+check-images: ## Fail when a place that names a shipped image differs from images.yaml.
+	$(GO) run ./tools/cmd/images check
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every module.
@@ -105,7 +125,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored binaries test-unit test-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.

@@ -322,12 +322,20 @@ func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
 	})
 }
 
-// restart stops the named processes (as a crash would: SIGKILL) and starts them again.
+// restart stops the named processes (as a crash would: SIGKILL) and starts them again; on kind,
+// it deletes their pods without a grace period.
 func restart(ctx context.Context, t *testing.T, names ...string) {
 	t.Helper()
+	if r, ok := cluster.(provider.Restarter); ok {
+		// kind: the components' pods are deleted at once and replaced by their Deployments.
+		if err := r.Restart(ctx, names...); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	local, ok := cluster.(*provider.LocalCluster)
 	if !ok {
-		t.Skip("restarting components needs the local provider")
+		t.Skip("restarting components needs the local or the kind provider")
 	}
 	var specs []controlplane.ProcessSpec
 	for _, p := range local.Processes() {

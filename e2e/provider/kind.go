@@ -39,7 +39,12 @@ var ErrUnavailable = errors.New("provider unavailable")
 
 // Kind runs the suite on a kind cluster (a Docker engine is required): the images are built
 // with the project's image tool and loaded into the nodes, MetalLB is installed from the chart
-// its Go module ships, and both charts are installed with the Helm SDK.
+// its Go module ships (the binary cache's metallb component), and both Cozystack packages are
+// installed as the platform installs them: the wrapper charts of packages/ with Package values,
+// under the release names and namespaces of their PackageSources. Components restart through
+// pod deletion (Restart). Features that read the local control plane's files (the apiserver
+// audit log, metrics endpoints on loopback) have no kind counterpart here; those checks run
+// only on the local provider.
 type Kind struct{}
 
 func (Kind) Name() string { return "kind" }
@@ -48,13 +53,14 @@ type kindCluster struct {
 	provider   *cluster.Provider
 	name       string
 	kubeconfig string
+	dir        string
 	config     *rest.Config
 }
 
 func (c *kindCluster) Kubeconfig() string   { return c.kubeconfig }
 func (c *kindCluster) Config() *rest.Config { return c.config }
 func (c *kindCluster) Stop(context.Context) error {
-	defer os.Remove(c.kubeconfig)
+	defer os.RemoveAll(c.dir)
 	return c.provider.Delete(c.name, c.kubeconfig)
 }
 
@@ -68,7 +74,10 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	p := cluster.NewProvider(cluster.ProviderWithDocker())
 	kc := &kindCluster{provider: p, name: fmt.Sprintf("reserved-ips-e2e-%d", os.Getpid())}
-	kc.kubeconfig = filepath.Join(os.TempDir(), kc.name+".kubeconfig")
+	if kc.dir, err = os.MkdirTemp("", kc.name+"-"); err != nil {
+		return nil, err
+	}
+	kc.kubeconfig = filepath.Join(kc.dir, "kubeconfig")
 	cfg := &v1alpha4.Cluster{Networking: v1alpha4.Networking{IPFamily: v1alpha4.DualStackFamily}}
 	if err := p.Create(kc.name, cluster.CreateWithV1Alpha4Config(cfg), cluster.CreateWithKubeconfigPath(kc.kubeconfig),
 		cluster.CreateWithWaitForReady(5*time.Minute)); err != nil {
@@ -113,11 +122,12 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 		return nil, err
 	}
 	for _, img := range images.Images {
-		idx, err := images.Build(ctx, img, images.Options{Root: root, Version: "e2e", Revision: "e2e",
+		built, err := images.Build(ctx, img, images.Options{Root: root, Version: "e2e", Revision: "e2e",
 			Platforms: []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}})
 		if err != nil {
 			return nil, err
 		}
+		idx := built.Index
 		m, err := idx.IndexManifest()
 		if err != nil {
 			return nil, err
@@ -141,19 +151,18 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 		}
 		refs[img.Name] = ref
 	}
-	for _, c := range []struct {
-		name, ns string
-		values   map[string]any
-	}{
-		{"address-controller", "cozy-address-controller", map[string]any{"image": refs["address-controller"], "imagePullPolicy": "Never"}},
-		{"metallb-iad", "cozy-metallb-iad", map[string]any{"image": refs["metallb-iad"], "imagePullPolicy": "Never", "metallbNamespace": "cozy-metallb"}},
-	} {
-		ch, err := charts.Load(charts.Dir(root, c.name))
+	// Both packages as Cozystack installs them: the wrapper charts with the Package values.
+	plan, err := PackageInstalls(root, filepath.Join(kc.dir, "packages"), refs)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range plan {
+		ch, err := charts.Load(in.ChartDir)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := charts.Apply(ctx, kc.kubeconfig, c.ns, c.name, ch, c.values); err != nil {
-			return nil, err
+		if _, err := charts.Apply(ctx, kc.kubeconfig, in.Namespace, in.ReleaseName, ch, in.Values); err != nil {
+			return nil, fmt.Errorf("installing the %s package: %w", in.Component, err)
 		}
 	}
 	for _, d := range [][2]string{{"cozy-metallb", "metallb-controller"}, {"cozy-address-controller", "address-controller"}, {"cozy-metallb-iad", "metallb-iad"}} {

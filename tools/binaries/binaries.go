@@ -44,6 +44,7 @@ const (
 	MetalLBVersion       = "v0.15.2"
 	ControllerGenVersion = "v0.23.0"
 	GolangCILintVersion  = "v2.15.0"
+	DistributionVersion  = "v3.1.2"
 )
 
 var (
@@ -99,10 +100,19 @@ var (
 		Commands: []string{"golangci-lint"},
 		LDFlags:  "-X main.version=" + strings.TrimPrefix(GolangCILintVersion, "v"),
 	}
+	// Distribution is the CNCF registry server; the mirror tool's tests run it on loopback.
+	Distribution = Component{
+		Name:     "distribution",
+		Module:   "github.com/distribution/distribution/v3",
+		Version:  DistributionVersion,
+		Packages: []string{"github.com/distribution/distribution/v3/cmd/registry"},
+		Commands: []string{"registry"},
+		LDFlags:  "-X github.com/distribution/distribution/v3/version.version=" + DistributionVersion,
+	}
 )
 
 // All lists every component, in build order (fast ones first).
-var All = []Component{ControllerGen, GolangCILint, Etcd, MetalLB, Kubernetes}
+var All = []Component{ControllerGen, GolangCILint, Etcd, Distribution, MetalLB, Kubernetes}
 
 // ByName returns the component called name.
 func ByName(name string) (Component, bool) {

@@ -8,15 +8,19 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/images"
 )
 
-// The wrapper charts ship the digest references of the product page, reach the wrapped chart's
+// The wrapper charts ship the digest references of images.yaml, reach the wrapped chart's
 // image value as <component>.image, and render with the package's namespace settings.
 func TestPackageWrappers(t *testing.T) {
-	for name, want := range map[string]string{
-		"address-controller": "ghcr.io/cozystack/address-controller:main-90e65ca@sha256:74e4c7cf63f730ebe61527fdcd2b06e1bca2c383a66522dd4734aab9e66a9331",
-		"metallb-iad":        "ghcr.io/cozystack/metallb-iad:main-1faf937@sha256:a2a8b05a887f9f28927d75f8b57e264be40e8770d0177798b4f06a0f69c3e793",
-	} {
+	// The shipped references come from images.yaml, the one source of truth (issue 14, defect 7).
+	shipped, err := images.ReadShipped(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range shipped {
 		data, err := os.ReadFile(filepath.Join(root, "packages", "system", name, "values.yaml"))
 		if err != nil {
 			t.Fatal(err)

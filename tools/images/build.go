@@ -8,6 +8,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -56,12 +58,24 @@ type Options struct {
 // NonRootUID is the user the images run as.
 const NonRootUID = 65532
 
-// Build compiles img for every platform and returns the multi-arch index.
-func Build(ctx context.Context, img Image, opts Options) (v1.ImageIndex, error) {
+// Built is one image: its multi-arch index and, per platform, an SBOM artifact that names the
+// platform's image as its subject (an OCI referrer).
+type Built struct {
+	Index v1.ImageIndex
+	// SBOMs are the referrers, one per platform, in the order of the index's manifests.
+	SBOMs []v1.Image
+	// GoVersion is the toolchain that compiled the binaries.
+	GoVersion string
+}
+
+// Build compiles img for every platform and returns the multi-arch index (annotated with the
+// source, revision, version and toolchain) and an SPDX SBOM referrer per platform image.
+func Build(ctx context.Context, img Image, opts Options) (*Built, error) {
 	platforms := opts.Platforms
 	if len(platforms) == 0 {
 		platforms = DefaultPlatforms
 	}
+	out := &Built{}
 	var idx v1.ImageIndex = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, p := range platforms {
 		say(opts.Progress, "[%s] compiling for %s/%s", img.Name, p.OS, p.Architecture)
@@ -69,14 +83,66 @@ func Build(ctx context.Context, img Image, opts Options) (v1.ImageIndex, error) 
 		if err != nil {
 			return nil, err
 		}
-		image, err := assemble(img.Name, bin, p, opts)
+		goVersion, err := toolchain(bin)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", img.Name, p.OS, p.Architecture, err)
+		}
+		out.GoVersion = goVersion
+		image, err := assemble(img.Name, bin, p, goVersion, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s/%s: %w", img.Name, p.OS, p.Architecture, err)
 		}
 		platform := p
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: image, Descriptor: v1.Descriptor{Platform: &platform}})
+
+		sbom, err := SBOM(bin, img.Name, p, opts)
+		if err != nil {
+			return nil, err
+		}
+		subject, err := partial.Descriptor(image)
+		if err != nil {
+			return nil, err
+		}
+		artifact, err := NewSBOMArtifact(sbom, *subject, map[string]string{
+			"org.opencontainers.image.created":  epoch.Format(time.RFC3339),
+			"org.opencontainers.image.title":    img.Name + " SBOM (" + p.OS + "/" + p.Architecture + ")",
+			"org.opencontainers.image.revision": opts.Revision,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out.SBOMs = append(out.SBOMs, artifact)
 	}
-	return idx, nil
+	out.Index = mutate.Annotations(idx, annotations(img.Name, out.GoVersion, opts)).(v1.ImageIndex)
+	return out, nil
+}
+
+// annotations are the OCI annotations of the index (registries read these for multi-arch
+// images) and the labels of every image config.
+func annotations(name, goVersion string, opts Options) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.source":   opts.Source,
+		"org.opencontainers.image.revision": opts.Revision,
+		"org.opencontainers.image.version":  opts.Version,
+		"org.opencontainers.image.title":    name,
+		"org.opencontainers.image.created":  epoch.Format(time.RFC3339),
+		"org.opencontainers.image.url":      opts.Source,
+		AnnotationGoVersion:                 goVersion,
+	}
+}
+
+func toolchain(bin []byte) (string, error) {
+	bi, err := buildinfo.Read(bytes.NewReader(bin))
+	if err != nil {
+		return "", fmt.Errorf("reading the build info: %w", err)
+	}
+	return bi.GoVersion, nil
+}
+
+// GoBuildFlags are the flags every image's binary is built with (CGO_ENABLED=0): the
+// Dockerfiles use the same, and a test holds them to it.
+func GoBuildFlags(version string) []string {
+	return []string{"-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid= -X main.version=" + version}
 }
 
 func compile(ctx context.Context, img Image, p v1.Platform, opts Options) ([]byte, error) {
@@ -86,8 +152,7 @@ func compile(ctx context.Context, img Image, p v1.Platform, opts Options) ([]byt
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, img.Name)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w -buildid= -X main.version="+opts.Version, "-o", out, img.Package)
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, GoBuildFlags(opts.Version)...), "-o", out, img.Package)...)
 	cmd.Dir = opts.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=-mod=readonly")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -99,7 +164,7 @@ func compile(ctx context.Context, img Image, p v1.Platform, opts Options) ([]byt
 // epoch is the timestamp of every file and of the image itself.
 var epoch = time.Unix(0, 0).UTC()
 
-func assemble(name string, bin []byte, p v1.Platform, opts Options) (v1.Image, error) {
+func assemble(name string, bin []byte, p v1.Platform, goVersion string, opts Options) (v1.Image, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, d := range []string{"usr/", "usr/local/", "usr/local/bin/"} {
@@ -139,12 +204,7 @@ func assemble(name string, bin []byte, p v1.Platform, opts Options) (v1.Image, e
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config.Entrypoint = []string{"/usr/local/bin/" + name}
 	cfg.Config.User = fmt.Sprintf("%d:%d", NonRootUID, NonRootUID)
-	cfg.Config.Labels = map[string]string{
-		"org.opencontainers.image.source":   opts.Source,
-		"org.opencontainers.image.revision": opts.Revision,
-		"org.opencontainers.image.version":  opts.Version,
-		"org.opencontainers.image.title":    name,
-	}
+	cfg.Config.Labels = annotations(name, goVersion, opts)
 	return mutate.ConfigFile(image, cfg)
 }
 

@@ -35,10 +35,35 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := first.Digest()
-	d2, _ := second.Digest()
+	d1, _ := first.Index.Digest()
+	d2, _ := second.Index.Digest()
 	if d1 != d2 {
 		t.Fatalf("two builds of one commit gave %s and %s", d1, d2)
+	}
+	// The SBOMs are reproducible too, and there is one per platform naming its image.
+	if len(first.SBOMs) != 2 || len(second.SBOMs) != 2 {
+		t.Fatalf("want an SBOM per platform, got %d and %d", len(first.SBOMs), len(second.SBOMs))
+	}
+	for i := range first.SBOMs {
+		a, _ := first.SBOMs[i].Digest()
+		b, _ := second.SBOMs[i].Digest()
+		if a != b {
+			t.Fatalf("SBOM %d: two builds gave %s and %s", i, a, b)
+		}
+	}
+	im, err := first.Index.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects, _ := first.Subjects()
+	for i, d := range im.Manifests {
+		if subjects[i] != d.Digest {
+			t.Fatalf("SBOM %d names %s, want the platform image %s", i, subjects[i], d.Digest)
+		}
+	}
+	if im.Annotations["org.opencontainers.image.revision"] != "0123456789abcdef" || im.Annotations["org.opencontainers.image.version"] != "v0.0.0-test" ||
+		!strings.HasPrefix(im.Annotations[AnnotationGoVersion], "go1.") || im.Annotations["org.opencontainers.image.source"] == "" {
+		t.Fatalf("index annotations %v", im.Annotations)
 	}
 
 	// Push to a registry on loopback and read it back.
@@ -59,6 +84,35 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 	idx, err := remote.Index(parsed)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each platform image lists its SBOM as a referrer, and the SBOM is SPDX of the module graph.
+	for i, subject := range subjects {
+		refs, err := remote.Referrers(parsed.Context().Digest(subject.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, _ := refs.IndexManifest()
+		if len(rm.Manifests) != 1 || rm.Manifests[0].ArtifactType != SBOMArtifactType {
+			t.Fatalf("referrers of %s: %+v", subject, rm.Manifests)
+		}
+		art, err := remote.Image(parsed.Context().Digest(rm.Manifests[0].Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := SBOMOf(art)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := SBOMOf(first.SBOMs[i])
+		if string(doc) != string(want) {
+			t.Fatal("the registry's SBOM differs from the built one")
+		}
+		for _, s := range []string{`"spdxVersion": "SPDX-2.3"`, "sigs.k8s.io/controller-runtime", "pkg:golang/stdlib@", `"name": "github.com/cozystack/reserved-ips/address-controller"`,
+			"0123456789abcdef", "-trimpath=true", "CGO_ENABLED=0"} {
+			if !strings.Contains(string(doc), s) {
+				t.Errorf("the SBOM lacks %s", s)
+			}
+		}
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
@@ -132,8 +186,8 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, _ := ii.IndexManifest()
-	if len(im.Manifests) != 1 || im.Manifests[0].Digest != d1 {
-		t.Fatalf("layout holds %+v, want %s", im.Manifests, d1)
+	lm, _ := ii.IndexManifest()
+	if len(lm.Manifests) != 3 || lm.Manifests[0].Digest != d1 || lm.Manifests[1].ArtifactType != SBOMArtifactType {
+		t.Fatalf("layout holds %+v, want %s and two SBOMs", lm.Manifests, d1)
 	}
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // WriteLayout writes the index into an OCI image layout directory (created when missing),
-// tagged with ref in the layout's org.opencontainers.image.ref.name annotation.
-func WriteLayout(dir, ref string, idx v1.ImageIndex) error {
+// tagged with ref in the layout's org.opencontainers.image.ref.name annotation, and its SBOM
+// referrers beside it (each naming its image as subject, as in a registry).
+func WriteLayout(dir, ref string, b *Built) error {
 	p, err := layout.FromPath(dir)
 	if err != nil {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -24,23 +25,53 @@ func WriteLayout(dir, ref string, idx v1.ImageIndex) error {
 			return err
 		}
 	}
-	return p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref}))
+	if err := p.AppendIndex(b.Index, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})); err != nil {
+		return err
+	}
+	for _, s := range b.SBOMs {
+		if err := p.AppendImage(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Push writes the index to a registry (credentials from the Docker config) and returns the
-// digest reference.
-func Push(ref string, idx v1.ImageIndex, opts ...remote.Option) (string, error) {
+// Push writes the index and its SBOM referrers to a registry (credentials from the Docker
+// config) and returns the digest reference of the index.
+func Push(ref string, b *Built, opts ...remote.Option) (string, error) {
 	tag, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("image reference %q: %w", ref, err)
 	}
 	opts = append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)
-	if err := remote.WriteIndex(tag, idx, opts...); err != nil {
+	if err := remote.WriteIndex(tag, b.Index, opts...); err != nil {
 		return "", fmt.Errorf("pushing %s: %w", ref, err)
 	}
-	d, err := idx.Digest()
+	for _, s := range b.SBOMs {
+		d, err := s.Digest()
+		if err != nil {
+			return "", err
+		}
+		if err := remote.Write(tag.Context().Digest(d.String()), s, opts...); err != nil {
+			return "", fmt.Errorf("pushing the SBOM of %s: %w", ref, err)
+		}
+	}
+	d, err := b.Index.Digest()
 	if err != nil {
 		return "", err
 	}
 	return tag.Context().Name() + ":" + tag.Identifier() + "@" + d.String(), nil
+}
+
+// Subjects returns, per SBOM, the digest of the image it describes.
+func (b *Built) Subjects() ([]v1.Hash, error) {
+	var out []v1.Hash
+	for _, s := range b.SBOMs {
+		m, err := s.Manifest()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m.Subject.Digest)
+	}
+	return out, nil
 }

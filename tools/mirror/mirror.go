@@ -1,26 +1,25 @@
 // Package mirror copies the images the packages ship to a mirror registry by digest, with every
-// platform, and proves the copy by reading it back: for air-gapped and mirrored installs.
+// platform and with what is attached to them (signatures, attestations, SBOMs: OCI referrers
+// and cosign's tag scheme), and proves the copy by reading it back: for air-gapped and mirrored
+// installs. Without any route it saves everything into one archive (an OCI image layout in a
+// tar, with a checksum file) and loads it on the other side.
 package mirror
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 	"sigs.k8s.io/yaml"
 )
@@ -29,14 +28,19 @@ import (
 type Options struct {
 	// Dest is the registry and path prefix images are copied under (mirror.example.org/cozystack).
 	Dest string
+	// KeepPath keeps the source repository path under Dest (ghcr.io/cozystack/x →
+	// Dest/cozystack/x) instead of only its last element (Dest/x).
+	KeepPath bool
+	// NoReferrers copies the images alone, without their signatures, attestations and SBOMs.
+	NoReferrers bool
 	// DryRun says what would be copied, and copies nothing.
 	DryRun bool
 	// Concurrency is how many images are copied at once (4 when zero).
 	Concurrency int
 	// Progress receives one line per step.
 	Progress io.Writer
-	// Remote are extra options for registry access (tests use plain HTTP on loopback).
-	Remote []remote.Option
+	// Access says how to reach the registries (TLS, plain HTTP, credentials, retries).
+	Access Access
 }
 
 // Result is one image's outcome.
@@ -47,6 +51,9 @@ type Result struct {
 	Source, Dest string
 	// Copied is false when the destination already had the image (or on a dry run).
 	Copied bool
+	// Attachments are the signatures, attestations and SBOMs found for the image (its index and
+	// every platform manifest), by digest in the mirror, each verified there.
+	Attachments []string
 }
 
 // PackageImages reads the image references the packages ship: <component>.image in each
@@ -78,65 +85,149 @@ func PackageImages(packagesDir string) (map[string]string, error) {
 	return out, nil
 }
 
-func (o Options) remote(ctx context.Context) []remote.Option {
-	return append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, o.Remote...)
-}
-
 func (o Options) say(format string, args ...any) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, format+"\n", args...)
 	}
 }
 
-// destination maps a source digest reference to the mirror: same repository name and tag under
-// Dest, same digest.
-func destination(dest string, src name.Digest, tag string) (name.Tag, name.Digest, error) {
+// destination maps a source digest reference to the mirror: the repository's last element (or
+// its whole path with keepPath) under dest, the same tag, the same digest.
+func destination(s *session, dest string, src name.Digest, tag string, keepPath bool) (name.Tag, name.Digest, error) {
 	repo := src.Context().RepositoryStr()
-	base := repo[strings.LastIndex(repo, "/")+1:]
-	prefix := strings.TrimSuffix(dest, "/") + "/" + base
-	t, err := name.NewTag(prefix + ":" + tag)
-	if err != nil {
-		return name.Tag{}, name.Digest{}, err
+	if !keepPath {
+		repo = repo[strings.LastIndex(repo, "/")+1:]
 	}
-	d, err := name.NewDigest(prefix + "@" + src.DigestStr())
-	return t, d, err
+	r, err := s.parseRepo(strings.TrimSuffix(dest, "/") + "/" + repo)
+	if err != nil {
+		return name.Tag{}, name.Digest{}, fmt.Errorf("destination %q: %w", dest, err)
+	}
+	return r.Tag(tag), r.Digest(src.DigestStr()), nil
 }
 
-// parse insists on a digest reference and returns it with its tag (if any).
-func parse(ref string) (name.Digest, string, error) {
+// DefaultTag is the tag of a copy whose source reference names no tag.
+const DefaultTag = "mirrored"
+
+// parse insists on a digest reference and returns it with its tag: the source's own tag
+// (latest included), or DefaultTag when the reference names none.
+func parse(s *session, ref string) (name.Digest, string, error) {
 	at := strings.Index(ref, "@")
 	if at < 0 {
 		return name.Digest{}, "", fmt.Errorf("%s is not a digest reference (name[:tag]@sha256:...): mirrors copy by digest", ref)
 	}
-	d, err := name.NewDigest(ref)
+	d, err := s.parseDigest(ref)
 	if err != nil {
 		return name.Digest{}, "", fmt.Errorf("%s: %w", ref, err)
 	}
-	tag := "mirrored"
-	if t, err := name.NewTag(ref[:at]); err == nil && strings.Contains(ref[:at], ":") && !strings.HasSuffix(t.TagStr(), "latest") {
+	tag := DefaultTag
+	if t, err := name.NewTag(ref[:at], name.StrictValidation); err == nil {
 		tag = t.TagStr()
 	}
 	return d, tag, nil
 }
 
-// Mirror copies each image (component → digest reference) to opts.Dest, every platform, skips
-// what the destination already has, then reads the destination back and fails on any digest
-// mismatch. Only verified images are returned as results; failures are joined in the error,
-// each naming its image.
-func Mirror(ctx context.Context, images map[string]string, opts Options) ([]Result, error) {
-	return run(ctx, images, opts, func(ctx context.Context, src name.Digest) (remote.Taggable, error) {
-		desc, err := remote.Get(src, opts.remote(ctx)...)
+// artifact is an image or an index.
+type artifact interface {
+	remote.Taggable
+	Digest() (v1.Hash, error)
+}
+
+// attachment is something that refers to an image: an OCI referrer (Tag empty) or a manifest
+// under cosign's tag scheme (sha256-<hex>.sig, .att, .sbom).
+type attachment struct {
+	Subject v1.Hash
+	Digest  v1.Hash
+	Tag     string
+}
+
+// source is where images are copied from: a registry, or an archive.
+type source interface {
+	get(ctx context.Context, d name.Digest) (artifact, error)
+	attachments(ctx context.Context, repo name.Repository, subjects []v1.Hash) ([]attachment, error)
+}
+
+// cosignSuffixes are the tags cosign (and tools that follow it) attach to sha256-<hex>.
+var cosignSuffixes = []string{"sig", "att", "sbom"}
+
+func cosignTag(subject v1.Hash, suffix string) string {
+	return subject.Algorithm + "-" + subject.Hex + "." + suffix
+}
+
+type remoteSource struct{ s *session }
+
+func (r remoteSource) get(ctx context.Context, d name.Digest) (artifact, error) {
+	desc, err := remote.Get(d, r.s.remote(ctx, d.Registry)...)
+	if err != nil {
+		return nil, r.s.explain(d.RegistryStr(), err)
+	}
+	if desc.MediaType.IsIndex() {
+		return desc.ImageIndex()
+	}
+	return desc.Image()
+}
+
+func (r remoteSource) attachments(ctx context.Context, repo name.Repository, subjects []v1.Hash) ([]attachment, error) {
+	var out []attachment
+	for _, subj := range subjects {
+		idx, err := remote.Referrers(repo.Digest(subj.String()), r.s.remote(ctx, repo.Registry)...)
+		if err != nil {
+			return nil, fmt.Errorf("listing the referrers of %s: %w", subj, r.s.explain(repo.RegistryStr(), err))
+		}
+		m, err := idx.IndexManifest()
 		if err != nil {
 			return nil, err
 		}
-		if desc.MediaType.IsIndex() {
-			return desc.ImageIndex()
+		for _, d := range m.Manifests {
+			out = append(out, attachment{Subject: subj, Digest: d.Digest})
 		}
-		return desc.Image()
-	})
+		for _, suffix := range cosignSuffixes {
+			tag := repo.Tag(cosignTag(subj, suffix))
+			desc, err := remote.Head(tag, r.s.remote(ctx, repo.Registry)...)
+			var te *transport.Error
+			if errors.As(err, &te) && te.StatusCode == 404 {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("looking for %s: %w", tag, r.s.explain(repo.RegistryStr(), err))
+			}
+			out = append(out, attachment{Subject: subj, Digest: desc.Digest, Tag: tag.TagStr()})
+		}
+	}
+	return out, nil
 }
 
-func run(ctx context.Context, images map[string]string, opts Options, fetch func(context.Context, name.Digest) (remote.Taggable, error)) ([]Result, error) {
+// subjects are the digests attachments may refer to: the image, and each platform's manifest.
+func subjects(obj artifact) ([]v1.Hash, error) {
+	d, err := obj.Digest()
+	if err != nil {
+		return nil, err
+	}
+	out := []v1.Hash{d}
+	if idx, ok := obj.(v1.ImageIndex); ok {
+		m, err := idx.IndexManifest()
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range m.Manifests {
+			out = append(out, c.Digest)
+		}
+	}
+	return out, nil
+}
+
+// Mirror copies each image (component → digest reference) to opts.Dest, every platform, with
+// its attachments unless opts.NoReferrers, skips what the destination already has, then reads
+// the destination back and fails on any digest mismatch. The verified images are returned even
+// when others failed; the failures are joined in the error, each naming its image.
+func Mirror(ctx context.Context, images map[string]string, opts Options) ([]Result, error) {
+	s, err := newSession(opts.Access)
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, s, images, opts, remoteSource{s})
+}
+
+func run(ctx context.Context, s *session, images map[string]string, opts Options, src source) ([]Result, error) {
 	limit := opts.Concurrency
 	if limit <= 0 {
 		limit = 4
@@ -160,7 +251,7 @@ func run(ctx context.Context, images map[string]string, opts Options, fetch func
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res, err := copyOne(ctx, component, ref, opts, fetch)
+			res, err := copyOne(ctx, s, component, ref, opts, src)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -173,58 +264,157 @@ func run(ctx context.Context, images map[string]string, opts Options, fetch func
 	}
 	wg.Wait()
 	sort.Slice(results, func(i, j int) bool { return results[i].Component < results[j].Component })
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return results, errors.Join(errs...)
 }
 
-func copyOne(ctx context.Context, component, ref string, opts Options, fetch func(context.Context, name.Digest) (remote.Taggable, error)) (Result, error) {
-	src, tag, err := parse(ref)
+func copyOne(ctx context.Context, s *session, component, ref string, opts Options, src source) (Result, error) {
+	from, tag, err := parse(s, ref)
 	if err != nil {
 		return Result{}, err
 	}
-	dstTag, dstDigest, err := destination(opts.Dest, src, tag)
+	dstTag, dstDigest, err := destination(s, opts.Dest, from, tag, opts.KeepPath)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Component: component, Source: ref, Dest: dstTag.String() + "@" + src.DigestStr()}
-	if _, err := remote.Head(dstDigest, opts.remote(ctx)...); err == nil {
-		opts.say("%s: already in the mirror, verifying", ref)
-		return res, verify(ctx, dstDigest, src.DigestStr(), opts)
-	}
-	if opts.DryRun {
-		opts.say("%s: would copy to %s", ref, res.Dest)
-		return res, nil
-	}
-	opts.say("%s: copying to %s", ref, res.Dest)
-	obj, err := fetch(ctx, src)
+	res := Result{Component: component, Source: ref, Dest: dstTag.String() + "@" + from.DigestStr()}
+	obj, err := src.get(ctx, from)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading the source: %w", err)
 	}
-	if d, err := obj.(interface{ Digest() (v1.Hash, error) }).Digest(); err != nil || d.String() != src.DigestStr() {
-		return Result{}, fmt.Errorf("the source serves %v for %s", d, src.DigestStr())
+	if d, err := obj.Digest(); err != nil || d.String() != from.DigestStr() {
+		return Result{}, fmt.Errorf("the source serves %v for %s", d, from.DigestStr())
 	}
-	switch o := obj.(type) {
-	case v1.ImageIndex:
-		err = remote.WriteIndex(dstTag, o, opts.remote(ctx)...)
-	case v1.Image:
-		err = remote.Write(dstTag, o, opts.remote(ctx)...)
+	_, headErr := remote.Head(dstDigest, s.remote(ctx, dstDigest.Registry)...)
+	var te *transport.Error
+	switch {
+	case headErr == nil:
+		opts.say("%s: already in the mirror, verifying", ref)
+		if err := verify(ctx, s, dstDigest, from.DigestStr()); err != nil {
+			return Result{}, err
+		}
+	case errors.As(headErr, &te) && te.StatusCode == 404:
+		if opts.DryRun {
+			opts.say("%s: would copy to %s", ref, res.Dest)
+			break
+		}
+		opts.say("%s: copying to %s", ref, res.Dest)
+		if err := write(ctx, s, dstTag, obj); err != nil {
+			return Result{}, err
+		}
+		if err := verify(ctx, s, dstDigest, from.DigestStr()); err != nil {
+			return Result{}, err
+		}
+		res.Copied = true
+		opts.say("%s: mirrored and verified", ref)
+	default:
+		return Result{}, fmt.Errorf("checking the mirror: %w", s.explain(dstDigest.RegistryStr(), headErr))
 	}
+	if opts.NoReferrers {
+		return res, nil
+	}
+	subj, err := subjects(obj)
 	if err != nil {
-		return Result{}, fmt.Errorf("writing the mirror: %w", err)
-	}
-	if err := verify(ctx, dstDigest, src.DigestStr(), opts); err != nil {
 		return Result{}, err
 	}
-	res.Copied = true
-	opts.say("%s: mirrored and verified", ref)
+	atts, err := src.attachments(ctx, from.Context(), subj)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, a := range atts {
+		dest, err := copyAttachment(ctx, s, from.Context(), dstDigest.Context(), a, opts, src)
+		if err != nil {
+			return Result{}, fmt.Errorf("attachment %s of %s: %w", a.Digest, a.Subject, err)
+		}
+		res.Attachments = append(res.Attachments, dest)
+	}
+	if len(atts) > 0 && !opts.DryRun {
+		opts.say("%s: %d signatures, attestations and SBOMs copied and verified", ref, len(atts))
+	}
 	return res, nil
+}
+
+// copyAttachment copies one attachment by digest (and under its cosign tag), then proves it:
+// the digest reads back intact, the tag names it, and a referrer is listed for its subject.
+func copyAttachment(ctx context.Context, s *session, fromRepo, toRepo name.Repository, a attachment, opts Options, src source) (string, error) {
+	dst := toRepo.Digest(a.Digest.String())
+	if opts.DryRun {
+		opts.say("  would copy %s (refers to %s)", a.Digest, a.Subject)
+		return dst.String(), nil
+	}
+	if _, err := remote.Head(dst, s.remote(ctx, toRepo.Registry)...); err != nil {
+		obj, err := src.get(ctx, fromRepo.Digest(a.Digest.String()))
+		if err != nil {
+			return "", err
+		}
+		var target name.Reference = dst
+		if a.Tag != "" {
+			target = toRepo.Tag(a.Tag)
+		}
+		if err := write(ctx, s, target, obj); err != nil {
+			return "", err
+		}
+	} else if a.Tag != "" {
+		// The manifest is there; make sure the tag is too.
+		obj, err := src.get(ctx, fromRepo.Digest(a.Digest.String()))
+		if err != nil {
+			return "", err
+		}
+		if err := write(ctx, s, toRepo.Tag(a.Tag), obj); err != nil {
+			return "", err
+		}
+	}
+	if err := verifyDigests(ctx, s, dst); err != nil {
+		return "", err
+	}
+	if a.Tag != "" {
+		desc, err := remote.Head(toRepo.Tag(a.Tag), s.remote(ctx, toRepo.Registry)...)
+		if err != nil {
+			return "", s.explain(toRepo.RegistryStr(), err)
+		}
+		if desc.Digest != a.Digest {
+			return "", fmt.Errorf("the mirror's tag %s names %s, want %s", a.Tag, desc.Digest, a.Digest)
+		}
+		return toRepo.Tag(a.Tag).String() + "@" + a.Digest.String(), nil
+	}
+	idx, err := remote.Referrers(toRepo.Digest(a.Subject.String()), s.remote(ctx, toRepo.Registry)...)
+	if err != nil {
+		return "", fmt.Errorf("listing the mirror's referrers: %w", s.explain(toRepo.RegistryStr(), err))
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return "", err
+	}
+	for _, d := range m.Manifests {
+		if d.Digest == a.Digest {
+			return dst.String(), nil
+		}
+	}
+	return "", fmt.Errorf("the mirror does not list %s among the referrers of %s", a.Digest, a.Subject)
+}
+
+func write(ctx context.Context, s *session, ref name.Reference, obj artifact) error {
+	var err error
+	switch o := obj.(type) {
+	case v1.ImageIndex:
+		err = remote.WriteIndex(ref, o, s.remote(ctx, ref.Context().Registry)...)
+	case v1.Image:
+		err = remote.Write(ref, o, s.remote(ctx, ref.Context().Registry)...)
+	default:
+		err = fmt.Errorf("%T is neither an image nor an index", obj)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the mirror: %w", s.explain(ref.Context().RegistryStr(), err))
+	}
+	return nil
 }
 
 // verify reads the copy back in full — the index, every platform's manifest, config and layers —
 // and checks every digest.
-func verify(ctx context.Context, dst name.Digest, want string, opts Options) error {
-	desc, err := remote.Get(dst, opts.remote(ctx)...)
+func verify(ctx context.Context, s *session, dst name.Digest, want string) error {
+	desc, err := remote.Get(dst, s.remote(ctx, dst.Registry)...)
 	if err != nil {
-		return fmt.Errorf("reading the mirror back: %w", err)
+		return fmt.Errorf("reading the mirror back: %w", s.explain(dst.RegistryStr(), err))
 	}
 	if desc.Digest.String() != want {
 		return fmt.Errorf("the mirror serves digest %s, want %s", desc.Digest, want)
@@ -249,84 +439,53 @@ func verify(ctx context.Context, dst name.Digest, want string, opts Options) err
 	return nil
 }
 
-// Save writes the images into one archive (a tar of an OCI image layout) for sites with no route
-// to the source registry.
-func Save(ctx context.Context, images map[string]string, archive string, opts Options) error {
-	dir, err := os.MkdirTemp("", "mirror-save-")
+// verifyDigests reads an artifact back by digest and hashes its manifest and every blob it
+// names (artifacts need not carry an image config, so validate.Image does not apply).
+func verifyDigests(ctx context.Context, s *session, dst name.Digest) error {
+	desc, err := remote.Get(dst, s.remote(ctx, dst.Registry)...)
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the mirror back: %w", s.explain(dst.RegistryStr(), err))
 	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
+	if desc.Digest.String() != dst.DigestStr() {
+		return fmt.Errorf("the mirror serves digest %s, want %s", desc.Digest, dst.DigestStr())
 	}
-	components := make([]string, 0, len(images))
-	for c := range images {
-		components = append(components, c)
-	}
-	sort.Strings(components)
-	for _, component := range components {
-		ref := images[component]
-		src, _, err := parse(ref)
+	if desc.MediaType.IsIndex() {
+		idx, err := desc.ImageIndex()
 		if err != nil {
-			return fmt.Errorf("%s: %w", component, err)
-		}
-		opts.say("%s: saving", ref)
-		idx, err := remote.Index(src, opts.remote(ctx)...)
-		if err != nil {
-			return fmt.Errorf("%s (%s): %w", component, ref, err)
-		}
-		if err := validate.Index(idx); err != nil {
-			return fmt.Errorf("%s (%s): the source does not match its digests: %w", component, ref, err)
-		}
-		if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-			"org.opencontainers.image.ref.name": ref, "io.cozystack.component": component})); err != nil {
 			return err
 		}
+		return validate.Index(idx, validate.Fast)
 	}
-	return tarDir(dir, archive)
-}
-
-// Load pushes everything an archive made by Save holds to opts.Dest, verified like Mirror.
-func Load(ctx context.Context, archive string, opts Options) ([]Result, error) {
-	dir, err := os.MkdirTemp("", "mirror-load-")
+	img, err := desc.Image()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := untar(archive, dir); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", archive, err)
-	}
-	p, err := layout.FromPath(dir)
+	m, err := img.Manifest()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		return nil, err
-	}
-	im, err := top.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	images := map[string]string{}
-	byDigest := map[string]v1.Hash{}
-	for _, d := range im.Manifests {
-		component, ref := d.Annotations["io.cozystack.component"], d.Annotations["org.opencontainers.image.ref.name"]
-		if component == "" || ref == "" {
-			continue
+	for _, l := range append([]v1.Descriptor{m.Config}, m.Layers...) {
+		if l.Data != nil && int64(len(l.Data)) == l.Size {
+			continue // inlined (the OCI empty config)
 		}
-		images[component] = ref
-		byDigest[d.Digest.String()] = d.Digest
-	}
-	return run(ctx, images, opts, func(_ context.Context, src name.Digest) (remote.Taggable, error) {
-		h, ok := byDigest[src.DigestStr()]
-		if !ok {
-			return nil, fmt.Errorf("%s is not in %s", src, archive)
+		blob, err := remote.Layer(dst.Context().Digest(l.Digest.String()), s.remote(ctx, dst.Registry)...)
+		if err != nil {
+			return err
 		}
-		return top.ImageIndex(h)
-	})
+		rc, err := blob.Compressed()
+		if err != nil {
+			return fmt.Errorf("reading blob %s back: %w", l.Digest, s.explain(dst.RegistryStr(), err))
+		}
+		h, n, err := v1.SHA256(rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("reading blob %s back: %w", l.Digest, err)
+		}
+		if h != l.Digest || n != l.Size {
+			return fmt.Errorf("the mirror's blob %s hashes to %s (%d bytes)", l.Digest, h, n)
+		}
+	}
+	return nil
 }
 
 // PackageValues renders the Package values that point the packages at the mirror.
@@ -348,68 +507,4 @@ spec:
 `, r.Component, r.Dest)
 	}
 	return b.String()
-}
-
-func tarDir(dir, archive string) error {
-	f, err := os.Create(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o644, Size: info.Size(), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		src, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		_, err = io.Copy(tw, src)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-func untar(archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dir, filepath.Clean("/" + h.Name)[1:])
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		out, err := os.Create(target)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, tr); err != nil {
-			out.Close()
-			return err
-		}
-		out.Close()
-	}
 }

@@ -1,10 +1,16 @@
-// Command images builds the controllers' images without a Docker engine.
+// Command images builds the controllers' images without a Docker engine and keeps the shipped
+// references (images.yaml) and every place derived from them in step.
 //
-//	images build [-push REGISTRY | -layout DIR] [-version V] [-revision R] [name...]
+//	images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...]
+//	images sync     derive every place (packages, charts, READMEs, docs) from images.yaml
+//	images check    fail when a derived place does not name the references in images.yaml
 //
-// With -push, each image goes to REGISTRY/<name>:<version> (credentials from the Docker config)
-// and the command prints one "name ref@sha256:..." line per image; with -layout, the images are
-// written into an OCI image layout.
+// With -push, each image goes to REGISTRY/<name>:<version> with one SPDX SBOM referrer per
+// platform (credentials from the Docker config), and the command prints one
+// "name ref@sha256:..." line per image; -update then writes the pushed references into
+// images.yaml and derives every other place from it. With -layout, the images and their SBOMs
+// are written into an OCI image layout. -sbom-dir also writes each SBOM as
+// <name>_<platform image digest hex>.spdx.json, for signing tools to attest.
 package main
 
 import (
@@ -20,42 +26,85 @@ import (
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] != "build" {
-		fmt.Fprintln(os.Stderr, "usage: images build [-push REGISTRY | -layout DIR] [-version V] [-revision R] [name...]")
-		os.Exit(2)
-	}
-	fs := flag.NewFlagSet("build", flag.ExitOnError)
-	push := fs.String("push", "", "registry to push to (for example ghcr.io/cozystack)")
-	dir := fs.String("layout", "", "OCI layout directory to write to")
-	version := fs.String("version", "", "version (default: main-<short revision>)")
-	revision := fs.String("revision", "", "revision (default: git HEAD)")
-	source := fs.String("source", "https://github.com/cozystack/reserved-ips", "source repository URL")
-	update := fs.Bool("update-packages", false, "with -push: point packages/system/<name>/values.yaml at the pushed digests")
-	_ = fs.Parse(os.Args[2:])
-	if err := run(*push, *dir, *version, *revision, *source, *update, fs.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "images:", err)
-		os.Exit(1)
-	}
-}
+const usage = "usage: images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...] | sync | check"
 
-func run(push, dir, version, revision, source string, update bool, names []string) error {
-	if (push == "") == (dir == "") {
-		return fmt.Errorf("give exactly one of -push and -layout")
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
 	}
 	root, err := sandbox.RepoRoot()
 	if err != nil {
-		return err
+		fail(err)
 	}
-	if revision == "" {
+	switch os.Args[1] {
+	case "build":
+		fs := flag.NewFlagSet("build", flag.ExitOnError)
+		o := buildFlags{}
+		fs.StringVar(&o.push, "push", "", "registry to push to (for example ghcr.io/cozystack)")
+		fs.StringVar(&o.dir, "layout", "", "OCI layout directory to write to")
+		fs.StringVar(&o.version, "version", "", "version (default: main-<short revision>)")
+		fs.StringVar(&o.revision, "revision", "", "revision (default: git HEAD)")
+		fs.StringVar(&o.source, "source", "https://github.com/cozystack/reserved-ips", "source repository URL")
+		fs.StringVar(&o.sbomDir, "sbom-dir", "", "also write each SBOM into this directory")
+		fs.BoolVar(&o.update, "update", false, "with -push: write the pushed references into images.yaml and derive every other place")
+		_ = fs.Parse(os.Args[2:])
+		if err := build(root, o, fs.Args()); err != nil {
+			fail(err)
+		}
+	case "sync":
+		s, err := images.ReadShipped(root)
+		if err != nil {
+			fail(err)
+		}
+		changed, err := images.Sync(root, s, s)
+		for _, f := range changed {
+			rel, _ := filepath.Rel(root, f)
+			fmt.Println("updated", rel)
+		}
+		if err != nil {
+			fail(err)
+		}
+	case "check":
+		s, err := images.ReadShipped(root)
+		if err != nil {
+			fail(err)
+		}
+		stale, err := images.Stale(root, s)
+		if err != nil {
+			fail(err)
+		}
+		if len(stale) > 0 {
+			fail(fmt.Errorf("places that do not name the references in %s (run `make sync-images`):\n  %s",
+				images.ShippedFile, strings.Join(stale, "\n  ")))
+		}
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+}
+
+type buildFlags struct {
+	push, dir, version, revision, source, sbomDir string
+	update                                        bool
+}
+
+func build(root string, o buildFlags, names []string) error {
+	if (o.push == "") == (o.dir == "") {
+		return fmt.Errorf("give exactly one of -push and -layout")
+	}
+	if o.update && o.push == "" {
+		return fmt.Errorf("-update needs -push: only pushed digests are shipped")
+	}
+	if o.revision == "" {
 		out, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
 		if err != nil {
 			return fmt.Errorf("reading the revision (pass -revision): %w", err)
 		}
-		revision = strings.TrimSpace(string(out))
+		o.revision = strings.TrimSpace(string(out))
 	}
-	if version == "" {
-		version = "main-" + revision[:min(7, len(revision))]
+	if o.version == "" {
+		o.version = "main-" + o.revision[:min(7, len(o.revision))]
 	}
 	todo := images.Images
 	if len(names) > 0 {
@@ -72,30 +121,86 @@ func run(push, dir, version, revision, source string, update bool, names []strin
 			}
 		}
 	}
+	var shipped, pushed images.Shipped
+	if o.update {
+		var err error
+		if shipped, err = images.ReadShipped(root); err != nil {
+			return err
+		}
+		pushed = images.Shipped{}
+		for k, v := range shipped {
+			pushed[k] = v
+		}
+	}
+	// Build every image before pushing any, so a failed build pushes nothing.
+	built := map[string]*images.Built{}
 	for _, img := range todo {
-		idx, err := images.Build(context.Background(), img, images.Options{Root: root, Version: version, Revision: revision,
-			Source: source, Progress: os.Stderr})
+		b, err := images.Build(context.Background(), img, images.Options{Root: root, Version: o.version, Revision: o.revision,
+			Source: o.source, Progress: os.Stderr})
 		if err != nil {
 			return err
 		}
-		if push != "" {
-			ref, err := images.Push(strings.TrimSuffix(push, "/")+"/"+img.Name+":"+version, idx)
+		built[img.Name] = b
+		if o.sbomDir != "" {
+			if err := writeSBOMs(o.sbomDir, img.Name, b); err != nil {
+				return err
+			}
+		}
+	}
+	for _, img := range todo {
+		b := built[img.Name]
+		if o.push != "" {
+			ref, err := images.Push(strings.TrimSuffix(o.push, "/")+"/"+img.Name+":"+o.version, b)
 			if err != nil {
 				return err
 			}
 			fmt.Println(img.Name, ref)
-			if update {
-				if err := images.UpdatePackageValues(filepath.Join(root, "packages"), img.Name, ref); err != nil {
-					return err
-				}
+			if o.update {
+				pushed[img.Name] = ref
 			}
 			continue
 		}
-		if err := images.WriteLayout(dir, img.Name+":"+version, idx); err != nil {
+		if err := images.WriteLayout(o.dir, img.Name+":"+o.version, b); err != nil {
 			return err
 		}
-		d, _ := idx.Digest()
-		fmt.Printf("%s %s:%s@%s (in %s)\n", img.Name, img.Name, version, d, dir)
+		d, _ := b.Index.Digest()
+		fmt.Printf("%s %s:%s@%s (in %s)\n", img.Name, img.Name, o.version, d, o.dir)
+	}
+	if o.update {
+		if err := images.WriteShipped(root, pushed); err != nil {
+			return err
+		}
+		changed, err := images.Sync(root, shipped, pushed)
+		for _, f := range changed {
+			rel, _ := filepath.Rel(root, f)
+			fmt.Fprintln(os.Stderr, "updated", rel)
+		}
+		return err
 	}
 	return nil
+}
+
+func writeSBOMs(dir, name string, b *images.Built) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	subjects, err := b.Subjects()
+	if err != nil {
+		return err
+	}
+	for i, s := range b.SBOMs {
+		doc, err := images.SBOMOf(s)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+"_"+subjects[i].Hex+".spdx.json"), doc, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "images:", err)
+	os.Exit(1)
 }

@@ -1,14 +1,18 @@
 // Command mirror copies the images the Cozystack packages ship to a mirror registry by digest,
-// every platform, verifying the copy; for sites with no route at all it saves them to one archive
-// and pushes them from it. It ends by printing the Package values that point the packages at the
-// mirror.
+// every platform, with their signatures, attestations and SBOMs (OCI referrers and cosign's tag
+// scheme), verifying the copy; for sites with no route at all it saves them to one archive (an
+// OCI image layout in a tar, with a .sha256 checksum file) and pushes them from it. It ends by
+// printing the Package values that point the packages at the mirror.
 //
-//	mirror copy -to REGISTRY/PREFIX [-dry-run] [-concurrency N] [component=ref ...]
-//	mirror save -archive FILE [component=ref ...]
-//	mirror load -archive FILE -to REGISTRY/PREFIX
+//	mirror copy -to REGISTRY/PREFIX [flags] [component=ref ...]
+//	mirror save -archive FILE [flags] [component=ref ...]
+//	mirror load -archive FILE -to REGISTRY/PREFIX [flags]
 //
 // Without component=ref arguments the images are read from packages/system/*/values.yaml.
-// Registry credentials come from the Docker config (~/.docker/config.json).
+// Registry access: -creds [HOST=]USER:PASSWORD (HOST defaults to the -to registry), -authfile
+// (Docker or Podman auth file), else the Docker config; -ca-file, -insecure HOST, -plain-http HOST
+// (both repeatable), -retries N. On partial failure the images that were copied are reported and
+// their Package values printed, the failures listed, and the exit status is 1.
 package main
 
 import (
@@ -20,45 +24,104 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/cozystack/reserved-ips/tools/mirror"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
+
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	if len(os.Args) < 2 {
 		usage()
 	}
-	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	os.Exit(run(os.Args[1], os.Args[2:]))
+}
+
+func run(cmd string, args []string) int {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	to := fs.String("to", "", "destination registry and path prefix, e.g. mirror.example.org/cozystack")
 	archive := fs.String("archive", "", "archive file (save, load)")
 	dryRun := fs.Bool("dry-run", false, "say what would be copied; copy nothing")
 	concurrency := fs.Int("concurrency", 4, "images copied at once")
 	packages := fs.String("packages", "", "packages directory (default: packages/ in the checkout)")
-	_ = fs.Parse(os.Args[2:])
+	noReferrers := fs.Bool("no-referrers", false, "copy the images alone, without signatures, attestations and SBOMs")
+	keepPath := fs.Bool("keep-path", false, "keep the source repository path under -to (ghcr.io/cozystack/x → PREFIX/cozystack/x) instead of PREFIX/x")
+	caFile := fs.String("ca-file", "", "PEM file of CA certificates to trust besides the system's")
+	authFile := fs.String("authfile", "", "Docker or Podman auth file (default: the Docker config)")
+	retries := fs.Int("retries", 3, "retries of a request that failed with a temporary error, 408, 429 or 5xx (exponential backoff)")
+	var insecure, plainHTTP, creds list
+	fs.Var(&insecure, "insecure", "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
+	fs.Var(&plainHTTP, "plain-http", "registry HOST[:PORT] reached over plain HTTP (repeatable)")
+	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry (repeatable)")
+	_ = fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := mirror.Options{Dest: *to, DryRun: *dryRun, Concurrency: *concurrency, Progress: os.Stderr}
+
+	access := mirror.Access{Insecure: insecure, PlainHTTP: plainHTTP, CAFile: *caFile, AuthFile: *authFile, Retries: *retries,
+		Creds: map[string]authn.AuthConfig{}}
+	for _, c := range creds {
+		host, userpass, ok := strings.Cut(c, "=")
+		if !ok {
+			userpass, host = c, ""
+			if *to != "" {
+				if r, err := name.NewRepository(*to); err == nil {
+					host = r.RegistryStr()
+				}
+			}
+			if host == "" {
+				return fail(fmt.Errorf("-creds USER:PASSWORD without HOST= needs -to"))
+			}
+		}
+		user, pass, ok := strings.Cut(userpass, ":")
+		if !ok {
+			return fail(fmt.Errorf("-creds %s=...: want USER:PASSWORD", host))
+		}
+		access.Creds[host] = authn.AuthConfig{Username: user, Password: pass}
+	}
+	opts := mirror.Options{Dest: *to, DryRun: *dryRun, Concurrency: *concurrency, Progress: os.Stderr, NoReferrers: *noReferrers,
+		KeepPath: *keepPath, Access: access}
 
 	var results []mirror.Result
 	var err error
-	switch os.Args[1] {
+	switch cmd {
 	case "copy":
 		if *to == "" {
-			fail(fmt.Errorf("copy needs -to"))
+			return fail(fmt.Errorf("copy needs -to"))
 		}
-		results, err = mirror.Mirror(ctx, images(*packages, fs.Args()), opts)
+		imgs, err2 := images(*packages, fs.Args())
+		if err2 != nil {
+			return fail(err2)
+		}
+		results, err = mirror.Mirror(ctx, imgs, opts)
 	case "save":
 		if *archive == "" {
-			fail(fmt.Errorf("save needs -archive"))
+			return fail(fmt.Errorf("save needs -archive"))
 		}
-		if err := mirror.Save(ctx, images(*packages, fs.Args()), *archive, opts); err != nil {
-			fail(err)
+		imgs, err2 := images(*packages, fs.Args())
+		if err2 != nil {
+			return fail(err2)
 		}
-		fmt.Fprintf(os.Stderr, "saved to %s; carry it over and run: mirror load -archive %s -to REGISTRY/PREFIX\n", *archive, filepath.Base(*archive))
-		return
+		results, err = mirror.Save(ctx, imgs, *archive, opts)
+		for _, r := range results {
+			fmt.Fprintf(os.Stderr, "%-20s %s: saved with %d attachments\n", r.Component, r.Source, len(r.Attachments))
+		}
+		if len(results) > 0 {
+			fmt.Fprintf(os.Stderr, "saved to %s (checksum in %s); carry both and run: mirror load -archive %s -to REGISTRY/PREFIX\n",
+				*archive, mirror.ChecksumFile(*archive), filepath.Base(*archive))
+		}
+		if err != nil {
+			return fail(fmt.Errorf("not saved:\n%w", err))
+		}
+		return 0
 	case "load":
 		if *archive == "" || *to == "" {
-			fail(fmt.Errorf("load needs -archive and -to"))
+			return fail(fmt.Errorf("load needs -archive and -to"))
 		}
 		results, err = mirror.Load(ctx, *archive, opts)
 	default:
@@ -72,48 +135,45 @@ func main() {
 		case r.Copied:
 			state = "copied and verified"
 		}
-		fmt.Fprintf(os.Stderr, "%-20s %s → %s: %s\n", r.Component, r.Source, r.Dest, state)
+		fmt.Fprintf(os.Stderr, "%-20s %s → %s: %s, %d attachments\n", r.Component, r.Source, r.Dest, state, len(r.Attachments))
 	}
-	if err != nil {
-		fail(err)
-	}
-	if !*dryRun {
+	if !*dryRun && len(results) > 0 {
 		fmt.Print("# Point the packages at the mirror:\n" + mirror.PackageValues(results))
 	}
+	if err != nil {
+		return fail(fmt.Errorf("not copied:\n%w", err))
+	}
+	return 0
 }
 
-func images(packages string, args []string) map[string]string {
+func images(packages string, args []string) (map[string]string, error) {
 	if len(args) > 0 {
 		out := map[string]string{}
 		for _, a := range args {
 			component, ref, ok := strings.Cut(a, "=")
 			if !ok {
-				fail(fmt.Errorf("%q: want component=ref", a))
+				return nil, fmt.Errorf("%q: want component=ref", a)
 			}
 			out[component] = ref
 		}
-		return out
+		return out, nil
 	}
 	if packages == "" {
 		root, err := sandbox.RepoRoot()
 		if err != nil {
-			fail(err)
+			return nil, err
 		}
 		packages = filepath.Join(root, "packages")
 	}
-	out, err := mirror.PackageImages(packages)
-	if err != nil {
-		fail(err)
-	}
-	return out
+	return mirror.PackageImages(packages)
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX [-dry-run] | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX [component=ref ...]")
+	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX [flags] [component=ref ...]; -h lists the flags")
 	os.Exit(2)
 }
 
-func fail(err error) {
+func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "mirror:", err)
-	os.Exit(1)
+	return 1
 }

@@ -1,0 +1,137 @@
+package images
+
+import (
+	"bytes"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// copyCheckout copies the checkout's files (tracked and untracked, not ignored) into a fresh git
+// repository and commits them, so the release runs on exactly the code under test.
+func copyCheckout(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		src := filepath.Join(root, f)
+		info, err := os.Lstat(src)
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the work tree, or a symlink
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git(t, dir, "init", "-q", "-b", "main")
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "checkout under test")
+	return dir
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@example.org",
+		"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@example.org", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@example.org",
+		"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@example.org", "GIT_CONFIG_GLOBAL=/dev/null"), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out.String())
+	}
+	return out.String()
+}
+
+// The release, without the network: `make release` against a registry on loopback moves every
+// derived place to the pushed digests so that the repository's own tests pass on the result,
+// and `make release-commit` tags the commit whose packages name those digests
+// (build → push → update → commit → tag).
+func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both images for two platforms")
+	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	reg := strings.TrimPrefix(srv.URL, "http://") + "/cozystack"
+	dir := copyCheckout(t)
+	before, err := ReadShipped(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbomDir := t.TempDir()
+	out := run(t, dir, nil, "make", "release", "REGISTRY="+reg, "VERSION=v0.0.0-rc.1", "SBOM_DIR="+sbomDir)
+	after, err := ReadShipped(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range Images {
+		ref := after[img.Name]
+		if ref == before[img.Name] || !strings.HasPrefix(ref, reg+"/"+img.Name+":v0.0.0-rc.1@sha256:") || !strings.Contains(out, img.Name+" "+ref) {
+			t.Fatalf("%s: images.yaml names %s after the release\n%s", img.Name, ref, out)
+		}
+		d, _ := name.NewDigest(ref)
+		if _, err := remote.Head(d); err != nil {
+			t.Fatalf("%s is not in the registry: %v", ref, err)
+		}
+	}
+	sboms, _ := filepath.Glob(filepath.Join(sbomDir, "*.spdx.json"))
+	if len(sboms) != 4 {
+		t.Fatalf("want an SBOM file per image and platform, got %v", sboms)
+	}
+	// The repository's own tests pass on the released tree.
+	run(t, dir, nil, "go", "run", "./tools/cmd/images", "check")
+	run(t, dir, []string{"GOFLAGS=-buildvcs=false"}, "go", "test", "-count=1",
+		"-run", "TestShippedImagesAreDerivedEverywhere|TestPackageWrappers|TestPackageImagesReadsTheShippedReferences|TestChart",
+		"./tools/images/", "./tools/charts/", "./tools/mirror/")
+
+	// Commit and tag: the tag points at the commit whose packages name the pushed digests.
+	run(t, dir, nil, "make", "release-commit", "VERSION=v0.0.0-rc.1")
+	if git(t, dir, "rev-parse", "v0.0.0-rc.1^{commit}") != git(t, dir, "rev-parse", "HEAD") {
+		t.Fatal("the tag is not on the release commit")
+	}
+	if status := git(t, dir, "status", "--porcelain"); status != "" {
+		t.Fatalf("the release left changes out of the commit:\n%s", status)
+	}
+	for _, f := range []string{"images.yaml", "packages/system/metallb-iad/values.yaml", "charts/metallb-iad/values.yaml", "charts/metallb-iad/README.md"} {
+		if !strings.Contains(git(t, dir, "show", "v0.0.0-rc.1:"+f), after["metallb-iad"]) {
+			t.Errorf("%s at the tag does not name %s", f, after["metallb-iad"])
+		}
+	}
+}
