@@ -98,3 +98,8 @@ sandbox-up: build binaries ## Start the sandbox detached (SANDBOX_DIR, default .
 sandbox-down: ## Stop the detached sandbox in SANDBOX_DIR.
 	@if [ -x $(LOCALBIN)/sandbox ]; then $(LOCALBIN)/sandbox down -dir $(SANDBOX_DIR); \
 	else $(GO) run ./tools/cmd/sandbox down -dir $(SANDBOX_DIR); fi
+
+.PHONY: sandbox-status
+sandbox-status: ## Each component of the detached sandbox in SANDBOX_DIR: pid, state, readiness, restarts, last exit.
+	@if [ -x $(LOCALBIN)/sandbox ]; then $(LOCALBIN)/sandbox status -dir $(SANDBOX_DIR); \
+	else $(GO) run ./tools/cmd/sandbox status -dir $(SANDBOX_DIR); fi
