@@ -146,7 +146,7 @@ func killEachComponent(t *testing.T, bin, dir string) {
 		t.Fatal(err)
 	}
 	for _, name := range components {
-		if !regexp.MustCompile(regexp.QuoteMeta(name) + ` \(pid \d+\) crashed: killed by signal killed`).Match(log) ||
+		if !regexp.MustCompile(regexp.QuoteMeta(name)+` \(pid \d+\) crashed: killed by signal killed`).Match(log) ||
 			!strings.Contains(string(log), "restarted "+name+" (pid") {
 			t.Errorf("the sandbox log does not record %s's crash and restart", name)
 		}
