@@ -86,6 +86,11 @@ bench: ## Benchmarks, reported as ratios to a baseline measured in the same run 
 test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local).
 	cd e2e && $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
 
+.PHONY: chaos
+chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure.
+	cd e2e && CHAOS_OPS=$(or $(CHAOS_OPS),1000) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_RATE=$(CHAOS_FAULT_RATE) \
+		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v . ./chaos
+
 .PHONY: sandbox
 sandbox: build binaries ## Run the sandbox in the foreground until Ctrl-C.
 	$(LOCALBIN)/sandbox run
