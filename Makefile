@@ -70,12 +70,24 @@ lint: ## gofmt and go vet over every module.
 	$(GO) vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 .PHONY: test
-test: lint check-generated binaries test-unit test-e2e ## Everything CI runs.
+test: lint check-generated binaries test-unit test-fuzz test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" METALLB_CRDS="$$($(BINARIES) dir metallb)/crds" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
 		./address-controller/... ./metallb-iad/... ./tools/...
+
+# Each fuzz target, for FUZZTIME (default 10s): the seed corpora also run as plain tests in test-unit.
+FUZZ_TARGETS := FuzzParseAndName:./address-controller/api/v1alpha1/ FuzzAddressNameInjective:./address-controller/api/v1alpha1/ \
+                FuzzAutoClaimSkip:./address-controller/internal/controller/ FuzzLinkedClaim:./metallb-iad/internal/driver/ \
+                FuzzServicePinsPolicy:./tools/policycel/
+
+.PHONY: test-fuzz
+test-fuzz: ## Go native fuzzing of address naming, the skip and link rules and the service-pins policy's CEL (FUZZTIME each, default 10s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzzing $${t%%:*} for $(or $(FUZZTIME),10s)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(or $(FUZZTIME),10s) "$${t#*:}" || exit 1; \
+	done
 
 .PHONY: bench
 bench: ## Benchmarks, reported as ratios to a baseline measured in the same run (BENCHTIME, default 3x).
