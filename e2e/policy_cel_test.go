@@ -29,7 +29,9 @@ func TestPolicyCELMatchesTheAPIServer(t *testing.T) {
 		Assess("a seeded sample of Service writes", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			admin := ipamClient(t)
 			ns := tenantNamespace(ctx, t, admin, "tenant-celsample")
-			t.Cleanup(func() { _ = admin.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+			t.Cleanup(func() {
+				_ = admin.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			})
 			for _, g := range []string{"system:authenticated", "system:serviceaccounts"} {
 				bind(ctx, t, admin, ns, "edit", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: g})
 			}
