@@ -322,8 +322,9 @@ func Check(snap Snapshot) []Violation {
 			continue
 		}
 		c := claims[s.Annotations[claimAnnotation]]
-		if c != nil && c.DeletionTimestamp == nil && c.Status.Phase == ipamv1.ClaimLost {
-			continue // the pin stays while Lost; what MetalLB shows is its business
+		if c != nil && c.DeletionTimestamp == nil && (c.Status.Phase == ipamv1.ClaimLost ||
+			slices.ContainsFunc(c.Status.Addresses, func(ca ipamv1.ClaimedAddress) bool { return !servable(c.Spec.ClassName, ca.Address) })) {
+			continue // the pin stays while Lost (a claim that should be Lost is reported above)
 		}
 		if s.Annotations[claimAnnotation] != "" && c != nil && c.DeletionTimestamp == nil && c.Status.Phase == ipamv1.ClaimBound {
 			if got, want := ingressOf(s), sorted(claimIPs(c)); !slices.Equal(got, want) {

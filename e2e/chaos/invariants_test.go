@@ -95,6 +95,10 @@ func TestCheck(t *testing.T) {
 		{"the pool shrank past a Bound claim's IP, claim not Lost", func(s *Snapshot) {
 			s.Pools["delete"] = nil
 		}, []string{InvClaimBound}},
+		{"the pool shrank past an attached claim's IP, claim not Lost, reported once", func(s *Snapshot) {
+			s.Pools["retain"] = s.Pools["retain"][:1]
+			s.Services[0].Status.LoadBalancer.Ingress = nil
+		}, []string{InvClaimBound}},
 	} {
 		s := settled()
 		tc.mutate(&s)
