@@ -49,10 +49,6 @@ func TestPolicyCELMatchesTheAPIServer(t *testing.T) {
 					b[j] = byte(rng.IntN(256))
 				}
 				req := policycel.GenRequest(b, driverUser)
-				want, err := policy.Evaluate(req)
-				if err != nil {
-					t.Fatal(err)
-				}
 				name := fmt.Sprintf("cel-%d", i)
 				newObj := toService(t, req.Object, ns, name)
 				c, _ := as(t, req.Username, req.Groups...)
@@ -61,10 +57,28 @@ func TestPolicyCELMatchesTheAPIServer(t *testing.T) {
 					if err := admin.Create(ctx, old); err != nil {
 						t.Fatalf("sample %d: creating the old Service as admin: %v", i, err)
 					}
-					newObj.ResourceVersion = old.ResourceVersion
-					err = c.Update(ctx, newObj, client.DryRunAll)
+					// Controllers may touch the Service between the create and the update: the
+					// apiserver then decides on what it holds, so the offline evaluation does too.
+					for attempt := 0; ; attempt++ {
+						var current corev1.Service
+						if err = admin.Get(ctx, client.ObjectKeyFromObject(old), &current); err != nil {
+							t.Fatal(err)
+						}
+						if req.OldObject, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&current); err != nil {
+							t.Fatal(err)
+						}
+						newObj.ResourceVersion = current.ResourceVersion
+						err = c.Update(ctx, newObj, client.DryRunAll)
+						if !apierrors.IsConflict(err) || attempt == 5 {
+							break
+						}
+					}
 				} else {
 					err = c.Create(ctx, newObj, client.DryRunAll)
+				}
+				want, evalErr := policy.Evaluate(req)
+				if evalErr != nil {
+					t.Fatal(evalErr)
 				}
 				admitted := err == nil
 				if err != nil && !(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) || err != nil && !strings.Contains(err.Error(), policycel.PolicyName) {
