@@ -125,12 +125,24 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-fuzz test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" METALLB_CRDS="$$($(BINARIES) dir metallb)/crds" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
 		./address-controller/... ./metallb-iad/... ./tools/...
+
+# Each fuzz target, for FUZZTIME (default 10s): the seed corpora also run as plain tests in test-unit.
+FUZZ_TARGETS := FuzzParseAndName:./address-controller/api/v1alpha1/ FuzzAddressNameInjective:./address-controller/api/v1alpha1/ \
+                FuzzAutoClaimSkip:./address-controller/internal/controller/ FuzzLinkedClaim:./metallb-iad/internal/driver/ \
+                FuzzServicePinsPolicy:./tools/policycel/
+
+.PHONY: test-fuzz
+test-fuzz: ## Go native fuzzing of address naming, the skip and link rules and the service-pins policy's CEL (FUZZTIME each, default 10s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzzing $${t%%:*} for $(or $(FUZZTIME),10s)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(or $(FUZZTIME),10s) "$${t#*:}" || exit 1; \
+	done
 
 .PHONY: bench
 bench: ## Benchmarks, reported as ratios to a baseline measured in the same run (BENCHTIME, default 3x).
@@ -140,6 +152,11 @@ bench: ## Benchmarks, reported as ratios to a baseline measured in the same run 
 .PHONY: test-e2e
 test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local).
 	cd e2e && $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
+
+.PHONY: chaos
+chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure.
+	cd e2e && CHAOS_OPS=$(or $(CHAOS_OPS),1000) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_RATE=$(CHAOS_FAULT_RATE) \
+		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v . ./chaos
 
 .PHONY: sandbox
 sandbox: build binaries ## Run the sandbox in the foreground until Ctrl-C.
@@ -153,3 +170,8 @@ sandbox-up: build binaries ## Start the sandbox detached (SANDBOX_DIR, default .
 sandbox-down: ## Stop the detached sandbox in SANDBOX_DIR.
 	@if [ -x $(LOCALBIN)/sandbox ]; then $(LOCALBIN)/sandbox down -dir $(SANDBOX_DIR); \
 	else $(GO) run ./tools/cmd/sandbox down -dir $(SANDBOX_DIR); fi
+
+.PHONY: sandbox-status
+sandbox-status: ## Each component of the detached sandbox in SANDBOX_DIR: pid, state, readiness, restarts, last exit.
+	@if [ -x $(LOCALBIN)/sandbox ]; then $(LOCALBIN)/sandbox status -dir $(SANDBOX_DIR); \
+	else $(GO) run ./tools/cmd/sandbox status -dir $(SANDBOX_DIR); fi

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -322,8 +323,9 @@ func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
 	})
 }
 
-// restart stops the named processes (as a crash would: SIGKILL) and starts them again; on kind,
-// it deletes their pods without a grace period.
+// restart kills the named processes (as a crash would: SIGKILL, all of them before any comes
+// back) and waits until the control plane's supervisor has restarted each and it is ready; on
+// kind, it deletes their pods without a grace period.
 func restart(ctx context.Context, t *testing.T, names ...string) {
 	t.Helper()
 	if r, ok := cluster.(provider.Restarter); ok {
@@ -337,20 +339,26 @@ func restart(ctx context.Context, t *testing.T, names ...string) {
 	if !ok {
 		t.Skip("restarting components needs the local or the kind provider")
 	}
-	var specs []controlplane.ProcessSpec
+	var victims []*controlplane.Process
+	var restarts []int
 	for _, p := range local.Processes() {
 		if slices.Contains(names, p.Spec.Name) {
-			specs = append(specs, p.Spec)
-			if err := local.StopProcess(p, 0); err != nil {
-				t.Fatal(err)
-			}
+			victims = append(victims, p)
+			restarts = append(restarts, p.Restarts())
 		}
 	}
-	if len(specs) != len(names) {
-		t.Fatalf("found %d of the processes %v", len(specs), names)
+	if len(victims) != len(names) {
+		t.Fatalf("found %d of the processes %v", len(victims), names)
 	}
-	for _, spec := range specs {
-		if _, err := local.StartProcess(ctx, spec); err != nil {
+	for _, p := range victims {
+		if err := p.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for i, p := range victims {
+		if err := p.WaitReady(ctx, restarts[i]+1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -31,7 +31,12 @@ func (Local) Start(ctx context.Context) (Cluster, error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s [local] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{Dir: os.Getenv("E2E_STATE_DIR")}})
+	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{
+		Dir: os.Getenv("E2E_STATE_DIR"),
+		// The chaos test kills the apiserver and etcd repeatedly; controllers that exit while
+		// they are down count as crashes, and the test must not lose them to a give-up.
+		Restart: controlplane.RestartPolicy{GiveUpAfter: 30},
+	}})
 	if err != nil {
 		return nil, err
 	}

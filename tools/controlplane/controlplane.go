@@ -6,6 +6,11 @@
 // side by side. Stop shuts the components down in reverse order (controllers, controller-manager,
 // apiserver, etcd); children are also tied to the supervising process, so a killed test binary
 // leaves nothing behind.
+//
+// Every component runs under a supervisor that restarts it when it exits, with backoff, as the
+// kubelet restarts a crashed container; a component that keeps crashing is given up on and
+// reported on Failed. Tests that want a component dead or stalled go through its Process
+// (Signal, Restart) or StopProcess, so the supervisor knows.
 package controlplane
 
 import (
@@ -61,6 +66,8 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
 	ExtraAPIServerArgs []string
+	// Restart is how every process is restarted after it exits (see RestartPolicy).
+	Restart RestartPolicy
 }
 
 // ControlPlane is a running local control plane.
@@ -86,6 +93,7 @@ type ControlPlane struct {
 	mu      sync.Mutex
 	procs   []*Process
 	stopped bool
+	failed  chan error
 }
 
 // Start brings up the control plane and returns once every component is ready. On error,
@@ -97,7 +105,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 90 * time.Second
 	}
-	cp = &ControlPlane{Dir: opts.Dir, opts: opts, MetalLBNamespace: opts.MetalLBNamespace}
+	cp = &ControlPlane{Dir: opts.Dir, opts: opts, MetalLBNamespace: opts.MetalLBNamespace, failed: make(chan error, 1)}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "reserved-ips-cp-"); err != nil {
 			return nil, err
@@ -142,28 +150,77 @@ func (cp *ControlPlane) logf(format string, args ...any) {
 }
 
 // StartProcess runs spec under the control plane's supervision and waits until it is ready.
-// Processes started this way are stopped before the control plane's own components.
+// Processes started this way are stopped before the control plane's own components. Once ready,
+// the process is restarted whenever it exits (Options.Restart); one that exits before it is ready
+// is an error of StartProcess and is not retried.
 func (cp *ControlPlane) StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	cp.mu.Lock()
 	if cp.stopped {
 		cp.mu.Unlock()
 		return nil, errStopped
 	}
-	p, err := startProcess(cp.Dir, spec)
+	p, err := newProcess(cp.Dir, spec, cp.opts.Restart, cp.logf)
 	if err != nil {
 		cp.mu.Unlock()
 		return nil, err
 	}
+	p.onFail = cp.processFailed
 	cp.procs = append(cp.procs, p)
 	cp.mu.Unlock()
 	cp.logf("started %s (pid %d), log %s", spec.Name, p.Pid(), p.LogPath)
 	if err := p.waitReady(ctx, cp.opts.StartTimeout); err != nil {
 		return p, err
 	}
+	go p.supervise()
 	return p, nil
 }
 
-// StopProcess stops one supervised process (to simulate a crash or a restart) and forgets it.
+// processFailed passes the first give-up to Failed.
+func (cp *ControlPlane) processFailed(_ *Process, err error) {
+	select {
+	case cp.failed <- err:
+	default:
+	}
+}
+
+// Failed receives an error when the supervisor gives up on a process (it kept crashing): the
+// control plane is no longer whole. The sandbox stops on it.
+func (cp *ControlPlane) Failed() <-chan error { return cp.failed }
+
+// Process returns the supervised process of that name, or nil.
+func (cp *ControlPlane) Process(name string) *Process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, p := range cp.procs {
+		if p.Spec.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Status reports every supervised process, probing readiness now.
+func (cp *ControlPlane) Status(ctx context.Context) []ProcessStatus {
+	var out []ProcessStatus
+	for _, p := range cp.Processes() {
+		check, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out = append(out, p.Status(check, true))
+		cancel()
+	}
+	return out
+}
+
+// KeepDir makes Stop leave a temporary state directory in place (a failed test keeps the
+// evidence) and returns its path.
+func (cp *ControlPlane) KeepDir() string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.ownsDir = false
+	return cp.Dir
+}
+
+// StopProcess stops one supervised process for good (it is not restarted) and forgets it.
+// To simulate a crash that the supervisor recovers from, use Process.Signal or Process.Restart.
 func (cp *ControlPlane) StopProcess(p *Process, grace time.Duration) error {
 	err := p.Stop(grace)
 	cp.mu.Lock()
@@ -195,6 +252,7 @@ func (cp *ControlPlane) Stop() error {
 	cp.stopped = true
 	procs := cp.procs
 	cp.procs = nil
+	ownsDir := cp.ownsDir
 	cp.mu.Unlock()
 	var errs []error
 	for i := len(procs) - 1; i >= 0; i-- {
@@ -202,7 +260,7 @@ func (cp *ControlPlane) Stop() error {
 			errs = append(errs, err)
 		}
 	}
-	if cp.ownsDir {
+	if ownsDir {
 		if err := os.RemoveAll(cp.Dir); err != nil {
 			errs = append(errs, err)
 		}

@@ -128,7 +128,12 @@ func needAPIServer(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	if fuzzing() {
+		os.Exit(m.Run())
+	}
+	os.Exit(run(m))
+}
 
 func run(m *testing.M) int {
 	crds := os.Getenv("METALLB_CRDS")

@@ -4,13 +4,19 @@
 //	sandbox run  [-dir DIR]   in the foreground until Ctrl-C (a temporary DIR by default)
 //	sandbox up   -dir DIR     detached; returns once ready, kubeconfig at DIR/kubeconfig
 //	sandbox down -dir DIR     stops a detached sandbox and waits until every process is gone
+//	sandbox status -dir DIR   each component's pid, state, restarts and readiness
+//
+// A component that exits is restarted with backoff, and the restart is logged with the exit
+// status; the sandbox stops only when one keeps crashing (5 times within a minute).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -20,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/cozystack/reserved-ips/tools/binaries"
@@ -28,9 +35,10 @@ import (
 )
 
 const (
-	pidFile   = "sandbox.pid"
-	readyFile = "sandbox.ready"
-	logFile   = "sandbox.log"
+	pidFile    = "sandbox.pid"
+	readyFile  = "sandbox.ready"
+	logFile    = "sandbox.log"
+	statusFile = "sandbox.status.json"
 )
 
 func main() {
@@ -49,6 +57,8 @@ func main() {
 		err = up(*dir, *timeout)
 	case "down":
 		err = down(*dir)
+	case "status":
+		err = status(os.Stdout, *dir)
 	default:
 		usage()
 	}
@@ -59,7 +69,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sandbox run [-dir DIR] | up -dir DIR | down -dir DIR")
+	fmt.Fprintln(os.Stderr, "usage: sandbox run [-dir DIR] | up -dir DIR | down -dir DIR | status -dir DIR")
 	os.Exit(2)
 }
 
@@ -110,26 +120,77 @@ func run(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, readyFile), []byte(s.Kubeconfig+"\n"), 0o644); err != nil {
 		return err
 	}
-	// Run until interrupted, or until a component dies on its own.
-	died := make(chan string, 1)
-	for _, p := range s.Processes() {
-		go func(p *controlplane.Process) {
-			<-p.Exited()
-			select {
-			case died <- p.Spec.Name + " exited; last lines of " + p.LogPath + ":\n" + controlplane.LogTail(p.LogPath, 20):
-			default:
-			}
-		}(p)
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case msg := <-died:
-		if ctx.Err() != nil {
+	// Run until interrupted, or until the supervisor gives up on a component that keeps
+	// crashing; single crashes are restarted (and logged) by the control plane.
+	defer os.Remove(filepath.Join(dir, statusFile))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		writeStatus(ctx, dir, s)
+		select {
+		case <-ctx.Done():
 			return nil
+		case err := <-s.Failed():
+			if ctx.Err() != nil {
+				return nil
+			}
+			writeStatus(ctx, dir, s)
+			return fmt.Errorf("stopping the sandbox: %w", err)
+		case <-tick.C:
 		}
-		return errors.New(msg)
 	}
+}
+
+// statusReport is what `sandbox run` writes to its status file every second and `sandbox
+// status` prints.
+type statusReport struct {
+	Supervisor int                          `json:"supervisor"`
+	Updated    time.Time                    `json:"updated"`
+	Components []controlplane.ProcessStatus `json:"components"`
+}
+
+func writeStatus(ctx context.Context, dir string, s *sandbox.Sandbox) {
+	data, err := json.MarshalIndent(statusReport{Supervisor: os.Getpid(), Updated: time.Now(), Components: s.Status(ctx)}, "", "  ")
+	if err != nil {
+		return
+	}
+	tmp := filepath.Join(dir, statusFile+".tmp")
+	if os.WriteFile(tmp, data, 0o644) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, statusFile))
+	}
+}
+
+// status prints the components of the sandbox running in dir.
+func status(w io.Writer, dir string) error {
+	if dir == "" {
+		return errors.New("status needs -dir (the sandbox's state directory)")
+	}
+	dir, _ = filepath.Abs(dir)
+	pid, ok := runningPid(dir)
+	if !ok {
+		return fmt.Errorf("no sandbox is running in %s", dir)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, statusFile))
+	if err != nil {
+		return fmt.Errorf("the sandbox (pid %d) has not reported its components yet (%v); it may still be starting: see %s",
+			pid, err, filepath.Join(dir, logFile))
+	}
+	var r statusReport
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("reading %s: %w", filepath.Join(dir, statusFile), err)
+	}
+	fmt.Fprintf(w, "sandbox supervisor pid %d, as of %s\n", pid, r.Updated.Format("15:04:05"))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "COMPONENT\tPID\tSTATE\tREADY\tRESTARTS\tSINCE\tLAST EXIT")
+	for _, c := range r.Components {
+		last := c.LastExit
+		if last == "" {
+			last = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%s\t%s\n", c.Name, c.Pid, c.State, c.Ready, c.Restarts,
+			c.Since.Format("15:04:05"), last)
+	}
+	return tw.Flush()
 }
 
 func summary(dir, kubeconfig string, endpoints map[string]string, detached bool) string {

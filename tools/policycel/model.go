@@ -1,0 +1,103 @@
+package policycel
+
+import (
+	"slices"
+	"strings"
+)
+
+// ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
+// sharing annotations under both prefixes, and the driver's pinned marker.
+var ProtectedAnnotations = []string{
+	"metallb.io/loadBalancerIPs", "metallb.io/address-pool", "metallb.io/allow-shared-ip",
+	"metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/address-pool", "metallb.universe.tf/allow-shared-ip",
+	"metallb.drivers.local.sdn.cozystack.io/pinned",
+}
+
+// DefaultAllowedGroups are the chart's default exempt groups.
+var DefaultAllowedGroups = []string{"system:masters", "kubeadm:cluster-admins", "cozystack-cluster-admin"}
+
+// Rule is DESIGN §6 written as plain Go, independently of the policy's CEL: who is exempt, and
+// which fields a write may not set, change or remove.
+type Rule struct {
+	DriverUser    string
+	AllowedUsers  []string
+	AllowedGroups []string
+	// ExternalIPs: adding an address to spec.externalIPs is protected too (CVE-2020-8554);
+	// dropping one stays allowed. Set when the rendered policy reads externalIPs.
+	ExternalIPs bool
+}
+
+// Allows says whether the rule admits req.
+func (r Rule) Allows(req Request) bool {
+	if req.Username == r.DriverUser || slices.Contains(r.AllowedUsers, req.Username) ||
+		slices.ContainsFunc(req.Groups, func(g string) bool { return slices.Contains(r.AllowedGroups, g) }) {
+		return true
+	}
+	return len(r.Changed(req)) == 0
+}
+
+// Changed lists the protected fields req sets, changes or removes.
+func (r Rule) Changed(req Request) []string {
+	var out []string
+	newAnn, oldAnn := annotations(req.Object), annotations(req.OldObject)
+	for _, k := range ProtectedAnnotations {
+		nv, nok := newAnn[k]
+		ov, ook := oldAnn[k]
+		if nok != ook || nv != ov {
+			out = append(out, "metadata.annotations["+k+"]")
+		}
+	}
+	if str(spec(req.Object)["loadBalancerIP"]) != str(spec(req.OldObject)["loadBalancerIP"]) {
+		out = append(out, "spec.loadBalancerIP")
+	}
+	if r.ExternalIPs {
+		old := strs(spec(req.OldObject)["externalIPs"])
+		for _, ip := range strs(spec(req.Object)["externalIPs"]) {
+			if !slices.Contains(old, ip) {
+				out = append(out, "spec.externalIPs")
+				break
+			}
+		}
+	}
+	return out
+}
+
+func annotations(obj map[string]any) map[string]any {
+	md, _ := obj["metadata"].(map[string]any)
+	a, _ := md["annotations"].(map[string]any)
+	return a
+}
+
+func spec(obj map[string]any) map[string]any {
+	s, _ := obj["spec"].(map[string]any)
+	return s
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func strs(v any) []string {
+	l, _ := v.([]any)
+	var out []string
+	for _, x := range l {
+		out = append(out, str(x))
+	}
+	return out
+}
+
+// MentionsExternalIPs reports whether the policy reads spec.externalIPs.
+func (p *Policy) MentionsExternalIPs() bool {
+	for _, v := range p.Spec.Variables {
+		if strings.Contains(v.Expression, "externalIPs") {
+			return true
+		}
+	}
+	for _, v := range p.Spec.Validations {
+		if strings.Contains(v.Expression, "externalIPs") {
+			return true
+		}
+	}
+	return false
+}
