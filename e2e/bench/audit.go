@@ -84,6 +84,10 @@ type WriteRate struct {
 	// Peak is the most writes seen in one wall-clock second: a flat peak near a client's QPS
 	// setting means that client's rate limiter, not the server, set the pace.
 	Peak int `json:"peakPerSecond"`
+	// InPhase counts the writes from the step's first create to its last object done, and
+	// InPhasePerSecond is their rate: the pace while objects were waiting.
+	InPhase          int     `json:"inPhase"`
+	InPhasePerSecond float64 `json:"inPhasePerSecond"`
 }
 
 // WriteSummary is the audit log's account of one step.
@@ -170,14 +174,16 @@ func parseWrites(f io.ReadSeeker, start, end int64) ([]Write, error) {
 }
 
 // SummarizeWrites breaks writes down by identity, verb, resource and response code, and
-// computes each identity's rate over a step that lasted d.
-func SummarizeWrites(writes []Write, d time.Duration) WriteSummary {
+// computes each identity's rate over a step's window that lasted d, and over its timed part
+// from phaseStart to phaseEnd.
+func SummarizeWrites(writes []Write, d time.Duration, phaseStart, phaseEnd time.Time) WriteSummary {
 	type key struct {
 		id, verb, res string
 		code          int
 	}
 	rows := map[key]int{}
 	perSecond := map[string]map[int64]int{}
+	inPhase := map[string]int{}
 	s := WriteSummary{ByIdentity: map[string]WriteRate{}}
 	for _, w := range writes {
 		rows[key{w.Identity, w.Verb, w.Resource, w.Code}]++
@@ -185,6 +191,9 @@ func SummarizeWrites(writes []Write, d time.Duration) WriteSummary {
 			perSecond[w.Identity] = map[int64]int{}
 		}
 		perSecond[w.Identity][w.Stamp.Unix()]++
+		if !w.Stamp.Before(phaseStart) && !w.Stamp.After(phaseEnd) {
+			inPhase[w.Identity]++
+		}
 		if isProjectIdentity(w.Identity) {
 			if w.Resource == "leases" {
 				s.Leases++
@@ -214,6 +223,10 @@ func SummarizeWrites(writes []Write, d time.Duration) WriteSummary {
 		}
 		if d > 0 {
 			r.PerSecond = float64(r.Total) / d.Seconds()
+		}
+		r.InPhase = inPhase[id]
+		if span := phaseEnd.Sub(phaseStart); span > 0 {
+			r.InPhasePerSecond = float64(r.InPhase) / span.Seconds()
 		}
 		s.ByIdentity[id] = r
 	}

@@ -451,7 +451,7 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	}
 	before := r.snapshot(ctx)
 	r.resetPeaks()
-	_, isClaim := map[string]bool{PhaseClaims: true}[kind]
+	isClaim := kind == PhaseClaims
 	tr := r.tracker.begin(prefix, isClaim, n, done)
 	// Objects that already exist (none should) are evaluated once before timing starts.
 	r.replay(ctx, isClaim)
@@ -459,6 +459,7 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	defer cancel()
 	stopProgress := r.progress(ctx, name, kind, tr, n)
 	start := time.Now()
+	step.started = start
 	tr.setStart(start)
 	createDur, createErr := r.createAll(ctx, n, create)
 	step.CreateSeconds = createDur.Seconds()
@@ -737,7 +738,8 @@ func (r *runner) account(step *Step, before, after snapshot) error {
 	if err != nil {
 		return fmt.Errorf("reading the audit log: %w", err)
 	}
-	step.Writes = SummarizeWrites(writes, window)
+	phaseStart := step.started
+	step.Writes = SummarizeWrites(writes, window, phaseStart, phaseStart.Add(time.Duration(step.Seconds*float64(time.Second))))
 	step.ProjectWritesPerObject = float64(step.Writes.Project) / float64(step.N)
 	step.Controllers = map[string]map[string]ControllerStats{}
 	step.RESTRequests = map[string]RESTStats{}

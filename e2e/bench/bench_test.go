@@ -75,13 +75,13 @@ func TestSummarizeWrites(t *testing.T) {
 		{Identity: IdentityMetalLB, Verb: "update", Resource: "services/status", Code: 200, Stamp: at(2, 0)},
 		{Identity: IdentityBench, Verb: "create", Resource: "services", Code: 201, Stamp: at(0, 0)},
 	}
-	s := SummarizeWrites(writes, 4*time.Second)
+	s := SummarizeWrites(writes, 4*time.Second, at(0, 500), at(1, 500))
 	if s.Project != 4 || s.Leases != 1 {
 		t.Errorf("project writes %d (want 4), leases %d (want 1)", s.Project, s.Leases)
 	}
 	core := s.ByIdentity[IdentityCore]
-	if core.Total != 3 || core.Peak != 2 || core.PerSecond != 0.75 {
-		t.Errorf("core rate %+v, want total 3, peak 2 in one second, 0.75/s", core)
+	if core.Total != 3 || core.Peak != 2 || core.PerSecond != 0.75 || core.InPhase != 2 || core.InPhasePerSecond != 2 {
+		t.Errorf("core rate %+v, want total 3, peak 2 in one second, 0.75/s, 2 in the timed second", core)
 	}
 	wantFirst := WriteRow{Identity: IdentityCore, Verb: "patch", Resource: "ipaddressclaims/status", Code: 200, Count: 2}
 	if s.Rows[0] != wantFirst {
