@@ -51,6 +51,8 @@ type auditLine struct {
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
 		Code int `json:"code"`
@@ -65,6 +67,18 @@ type Write struct {
 	Resource string
 	Code     int
 	Stamp    time.Time
+	// Target groups the object written: its namespace, and in the benchmark's namespace the
+	// name without its number ("bench/plain-"), so that writes to the benchmark's own objects
+	// can be told from writes to others.
+	Target string
+}
+
+// targetGroup names the group of an object for Write.Target.
+func targetGroup(namespace, name string) string {
+	if namespace != Namespace {
+		return namespace
+	}
+	return namespace + "/" + strings.TrimRight(name, "0123456789")
 }
 
 // WriteRow is one line of a write breakdown.
@@ -164,6 +178,7 @@ func parseWrites(f io.ReadSeeker, start, end int64) ([]Write, error) {
 			if ev.ObjectRef.Subresource != "" {
 				w.Resource += "/" + ev.ObjectRef.Subresource
 			}
+			w.Target = targetGroup(ev.ObjectRef.Namespace, ev.ObjectRef.Name)
 		}
 		if ev.ResponseStatus != nil {
 			w.Code = ev.ResponseStatus.Code
@@ -236,4 +251,51 @@ func SummarizeWrites(writes []Write, d time.Duration, phaseStart, phaseEnd time.
 // rowLabel is how a breakdown row reads in the text report.
 func (r WriteRow) rowLabel() string {
 	return strings.Join([]string{r.Verb, r.Resource, strconv.Itoa(r.Code)}, " ")
+}
+
+// StatusWrites describes MetalLB's writes of Service status during a step: how many went to
+// which group of Services, and its pace per second while objects were waiting. Its controller
+// writes every Service status through one client whose rate limiter is controller-runtime's
+// default (20 requests/s, burst 30; MetalLB has no flag for it), so a median pace of 20/s
+// means that limiter set the pace.
+type StatusWrites struct {
+	ByTarget map[string]int `json:"byTarget"`
+	// Conflicts are the writes answered 409.
+	Conflicts int `json:"conflicts"`
+	// MedianPerSecond is the median of the per-second counts over the timed part.
+	MedianPerSecond float64 `json:"medianPerSecond"`
+}
+
+// MetalLBStatusWrites summarizes MetalLB's Service status writes between phaseStart and
+// phaseEnd (the timed part) for the rate, and over all writes for the targets.
+func MetalLBStatusWrites(writes []Write, phaseStart, phaseEnd time.Time) StatusWrites {
+	s := StatusWrites{ByTarget: map[string]int{}}
+	perSecond := map[int64]int{}
+	for _, w := range writes {
+		if w.Identity != IdentityMetalLB || w.Resource != "services/status" {
+			continue
+		}
+		s.ByTarget[w.Target]++
+		if w.Code == 409 {
+			s.Conflicts++
+		}
+		if !w.Stamp.Before(phaseStart) && !w.Stamp.After(phaseEnd) {
+			perSecond[w.Stamp.Unix()]++
+		}
+	}
+	// Whole seconds inside the timed part only; a second with no write counts as zero.
+	var counts []int
+	for sec := phaseStart.Unix() + 1; sec < phaseEnd.Unix(); sec++ {
+		counts = append(counts, perSecond[sec])
+	}
+	if len(counts) > 0 {
+		sort.Ints(counts)
+		mid := len(counts) / 2
+		if len(counts)%2 == 1 {
+			s.MedianPerSecond = float64(counts[mid])
+		} else {
+			s.MedianPerSecond = float64(counts[mid-1]+counts[mid]) / 2
+		}
+	}
+	return s
 }

@@ -739,7 +739,9 @@ func (r *runner) account(step *Step, before, after snapshot) error {
 		return fmt.Errorf("reading the audit log: %w", err)
 	}
 	phaseStart := step.started
-	step.Writes = SummarizeWrites(writes, window, phaseStart, phaseStart.Add(time.Duration(step.Seconds*float64(time.Second))))
+	phaseEnd := phaseStart.Add(time.Duration(step.Seconds * float64(time.Second)))
+	step.Writes = SummarizeWrites(writes, window, phaseStart, phaseEnd)
+	step.MetalLBStatus = MetalLBStatusWrites(writes, phaseStart, phaseEnd)
 	step.ProjectWritesPerObject = float64(step.Writes.Project) / float64(step.N)
 	step.Controllers = map[string]map[string]ControllerStats{}
 	step.RESTRequests = map[string]RESTStats{}

@@ -64,6 +64,31 @@ func mustTime(s string) time.Time {
 	return t
 }
 
+func TestMetalLBStatusWrites(t *testing.T) {
+	at := func(sec int) time.Time { return time.Date(2026, 11, 30, 1, 0, sec, 0, time.UTC) }
+	var writes []Write
+	add := func(sec, n int, target string, code int) {
+		for range n {
+			writes = append(writes, Write{Identity: IdentityMetalLB, Verb: "update", Resource: "services/status", Code: code, Target: target, Stamp: at(sec)})
+		}
+	}
+	add(1, 20, "bench/attach-", 200)
+	add(2, 20, "bench/plain-", 200)
+	add(3, 5, "cozy-metallb-iad", 409)
+	add(5, 20, "bench/plain-", 200) // second 4 has none
+	add(9, 7, "bench/attach-", 200) // after the timed part
+	writes = append(writes, Write{Identity: IdentityDriver, Resource: "services/status", Target: "bench/attach-", Stamp: at(2)})
+	got := MetalLBStatusWrites(writes, at(0), at(6))
+	want := StatusWrites{ByTarget: map[string]int{"bench/attach-": 27, "bench/plain-": 40, "cozy-metallb-iad": 5},
+		Conflicts: 5, MedianPerSecond: 20}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if targetGroup(Namespace, "plain-00042") != "bench/plain-" || targetGroup("cozy-metallb-iad", "hold-ip-1") != "cozy-metallb-iad" {
+		t.Error("target groups")
+	}
+}
+
 func TestSummarizeWrites(t *testing.T) {
 	at := func(sec, ms int) time.Time { return time.Date(2026, 11, 30, 1, 0, sec, ms*1e6, time.UTC) }
 	writes := []Write{

@@ -78,6 +78,7 @@ type Step struct {
 	Writes                 WriteSummary `json:"writes"`
 	ProjectWritesPerObject float64      `json:"projectWritesPerObject"`
 	MetalLBWrites          int          `json:"metallbWrites"`
+	MetalLBStatus          StatusWrites `json:"metallbServiceStatusWrites"`
 	// Controllers maps a process to its controller-runtime controllers' figures.
 	Controllers                map[string]map[string]ControllerStats `json:"controllers"`
 	ProjectReconciles          float64                               `json:"projectReconciles"`
@@ -330,8 +331,8 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("")
 	p("### MetalLB's controller (its log)")
 	p("")
-	p("| step | reconciles | by kind | Service status writes | events |")
-	p("|---|---|---|---|---|")
+	p("| step | reconciles | by kind | Service status writes (audit log): to which Services | 409 | median /s in the timed part | events |")
+	p("|---|---|---|---|---|---|---|")
 	for _, s := range rep.Steps {
 		var kinds, events []string
 		for _, k := range sortedKeys(s.MetalLB.Reconciles) {
@@ -340,8 +341,12 @@ func (rep *Report) WriteText(w io.Writer) {
 		for _, k := range sortedKeys(s.MetalLB.Events) {
 			events = append(events, fmt.Sprintf("%s %d", k, s.MetalLB.Events[k]))
 		}
-		p("| %s | %d | %s | %d | %s |", s.Name, s.MetalLB.Total, strings.Join(kinds, ", "), s.MetalLB.StatusWrites,
-			strings.Join(events, ", "))
+		var targets []string
+		for _, k := range sortedKeys(s.MetalLBStatus.ByTarget) {
+			targets = append(targets, fmt.Sprintf("%s %d", k, s.MetalLBStatus.ByTarget[k]))
+		}
+		p("| %s | %d | %s | %s | %d | %.0f | %s |", s.Name, s.MetalLB.Total, strings.Join(kinds, ", "), strings.Join(targets, ", "),
+			s.MetalLBStatus.Conflicts, s.MetalLBStatus.MedianPerSecond, strings.Join(events, ", "))
 	}
 	p("")
 	p("### Processes (CPU seconds in the step's window, peak RSS in the step)")
