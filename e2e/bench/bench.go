@@ -445,6 +445,14 @@ func (r *runner) recordClaims(ctx context.Context) error {
 func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	create func(context.Context, int) error, done func(client.Object) bool) (*Step, error) {
 	step := &Step{Name: name, Kind: kind, N: n}
+	// Start from a quiet cluster: a Service deletion (a baseline's clean-up) makes MetalLB
+	// rewrite the status of every Service it tracks, pass after pass while deletions race with
+	// it, and such a pass must not run into the next step's timing.
+	quietFor, quiet := r.settle(ctx, r.cfg.PhaseTimeout)
+	step.QuietAtStart = quiet
+	if !quiet {
+		r.logf("%s: the controllers and MetalLB were still busy after %s; starting anyway", name, quietFor.Round(time.Second))
+	}
 	var err error
 	if step.PopulationAtStart, err = r.countServices(ctx); err != nil {
 		return step, err
@@ -486,7 +494,7 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 		step.PerSecond = float64(step.Done) / step.Seconds
 	}
 	r.logf("%s: %d/%d done in %.1fs (%.1f/s); waiting for the controllers and MetalLB to go quiet", name, step.Done, n, step.Seconds, step.PerSecond)
-	settleDur, settled := r.settle(context.WithoutCancel(ctx), time.Minute+time.Duration(n)*20*time.Millisecond)
+	settleDur, settled := r.settle(context.WithoutCancel(ctx), r.cfg.PhaseTimeout)
 	step.SettleSeconds, step.Settled = settleDur.Seconds(), settled
 	after := r.snapshot(context.WithoutCancel(ctx))
 	if err := r.account(step, before, after); err != nil {
@@ -581,8 +589,7 @@ func retry(ctx context.Context, f func() error) error {
 }
 
 // deleteServices deletes a baseline's Services (same client and pacing) and waits until they
-// are gone and everything is quiet again, so that the next phase starts at the population
-// its baseline had.
+// are gone, so that the next phase starts at the population its baseline had.
 func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error {
 	r.logf("deleting the baseline's %d Services", n)
 	if _, err := r.createAll(ctx, n, func(ctx context.Context, j int) error {
@@ -614,8 +621,7 @@ func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	r.settle(ctx, time.Minute+time.Duration(n)*20*time.Millisecond)
-	return nil
+	return nil // the next step waits until everything is quiet
 }
 
 // countServices counts the Services in the cluster (every namespace): the population MetalLB

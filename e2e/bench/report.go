@@ -70,6 +70,9 @@ type Step struct {
 	// SettleSeconds is how long the controllers and MetalLB kept working after the last object
 	// was done; the counters below cover the whole window (start to settled).
 	SettleSeconds float64 `json:"settleSeconds"`
+	// QuietAtStart says the controllers and MetalLB had gone quiet before the step began (false:
+	// the step's timing includes work left over from before).
+	QuietAtStart  bool    `json:"quietAtStart"`
 	Settled       bool    `json:"settled"`
 	WindowSeconds float64 `json:"windowSeconds"`
 	Series        []Point `json:"series"`
@@ -257,6 +260,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		settled := fmt.Sprintf("%.1f s", s.SettleSeconds)
 		if !s.Settled {
 			settled += " (not quiet)"
+		}
+		if !s.QuietAtStart {
+			timed += " (began before the cluster was quiet)"
 		}
 		p("| %s | %d | %s | %.1f | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d | %d / %d / %d |", s.Name, s.PopulationAtStart, timed,
 			s.PerSecond, s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
