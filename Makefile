@@ -19,7 +19,7 @@ export E2E_PROVIDER
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
 binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB and controller-gen.
