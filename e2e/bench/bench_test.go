@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
 func auditLineJSON(user, verb, resource, sub string, code int, stamp string) string {
@@ -372,4 +376,42 @@ func TestWriteTextAndPlot(t *testing.T) {
 	if err := rep.WritePlot(path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestTrackerRecordsEachObjectOnceAndOnlyItsOwn(t *testing.T) {
+	var tr tracker
+	svc := func(ns, name string, ips ...string) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		for _, ip := range ips {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+		return s
+	}
+	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1")) // no step running: ignored
+	st := tr.begin("plain-", false, 2, hasIngress)
+	tr.observe(svc(Namespace, "plain-00000"))                                                                    // not done yet
+	tr.observe(svc(Namespace, "base-claims-00000", "198.18.0.2"))                                                // another step's
+	tr.observe(svc("elsewhere", "plain-00001", "198.18.0.3"))                                                    // another namespace
+	tr.observe(&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "plain-00001"}}) // another kind
+	if st.count() != 0 {
+		t.Fatalf("counted %d objects that are not done or not the step's", st.count())
+	}
+	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1"))
+	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1")) // again: counted once
+	select {
+	case <-st.allDone:
+		t.Fatal("all done after one of two")
+	default:
+	}
+	tr.observe(svc(Namespace, "plain-00001", "198.18.0.4"))
+	select {
+	case <-st.allDone:
+	default:
+		t.Fatal("not all done after both")
+	}
+	times := tr.end()
+	if len(times) != 2 || times[1].Before(times[0]) {
+		t.Errorf("completion times %v, want two, sorted", times)
+	}
+	tr.observe(svc(Namespace, "plain-00002", "198.18.0.5")) // after the end: ignored, no panic
 }
