@@ -24,7 +24,7 @@ export E2E_PROVIDER
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
 binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB, controller-gen, golangci-lint and the distribution registry.
@@ -125,7 +125,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-fuzz test-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-fuzz test-e2e test-bench-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
@@ -148,6 +148,16 @@ test-fuzz: ## Go native fuzzing of address naming, the skip and link rules and t
 bench: ## Benchmarks, reported as ratios to a baseline measured in the same run (BENCHTIME, default 3x).
 	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" $(GO) test -count=1 -run '^$$' -bench . -benchtime $(or $(BENCHTIME),3x) \
 		./address-controller/internal/controller/
+
+.PHONY: bench-e2e
+bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, plot beside it).
+	@mkdir -p $(LOCALBIN)
+	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) $(BENCH_FLAGS)
+
+.PHONY: test-bench-e2e
+test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout or a wrong address).
+	@mkdir -p $(LOCALBIN)
+	$(GO) run ./e2e/cmd/bench-e2e -n 50 -progress 10s -out $(LOCALBIN)/bench-e2e-smoke.json
 
 .PHONY: test-e2e
 test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local).

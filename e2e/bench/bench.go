@@ -1,0 +1,995 @@
+// Package bench is the scale benchmark of reserving and attaching addresses through this
+// project against letting MetalLB assign directly, on the sandbox's real control plane with the
+// real MetalLB controller (make bench-e2e; docs/benchmarks.md).
+//
+// One run, one process: a phase creates N objects with one client at one concurrency and rate
+// and waits until each is done. Before every phase but the first, a plain batch of N Services
+// is measured at the same population of Services (then deleted again), because MetalLB's cost
+// per Service grows with the Services it tracks. Each step records the apiserver's audit log of
+// writes, the controllers' reconcile and workqueue metrics, MetalLB's reconciles from its log,
+// and CPU and memory of every process.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/tools/binaries"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
+	"github.com/cozystack/reserved-ips/tools/sandbox"
+)
+
+// The phases, in the order they run.
+const (
+	PhasePlain  = "plain"
+	PhaseClaims = "claims"
+	PhaseAttach = "attach"
+)
+
+// AllPhases is the default -phases.
+var AllPhases = []string{PhasePlain, PhaseClaims, PhaseAttach}
+
+// What the benchmark creates. The pools are in 198.18.0.0/15 (the benchmarking range), each
+// with room for 32,768 addresses.
+const (
+	Namespace     = "bench"
+	PlainPool     = "bench-plain"
+	PlainRange    = "198.18.0.0/17"
+	ReservedPool  = "bench-reserved"
+	ReservedRange = "198.19.0.0/17"
+	Class         = "bench"
+	provisioner   = "metallb.drivers.local.sdn.cozystack.io"
+	poolAnno      = "metallb.io/address-pool"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	// N objects per phase (and per baseline).
+	N int
+	// Phases to run, a subset of AllPhases in that order; attach needs claims.
+	Phases []string
+	// Concurrency is the number of goroutines creating objects; Rate caps creates per second
+	// (both the same in every phase).
+	Concurrency int
+	Rate        float64
+	// PhaseTimeout bounds each step; zero picks 2 minutes plus half a second per object.
+	PhaseTimeout time.Duration
+	// Progress is the interval of progress lines.
+	Progress time.Duration
+	// Dir keeps the control plane's state (logs, audit log) there; a temporary directory,
+	// removed at the end, when empty.
+	Dir string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+func (c *Config) validate() error {
+	if c.N < 1 {
+		return fmt.Errorf("-n must be at least 1")
+	}
+	if c.N > 16000 {
+		return fmt.Errorf("-n %d is more than the benchmark's pools hold (16,000 per phase)", c.N)
+	}
+	if len(c.Phases) == 0 {
+		c.Phases = AllPhases
+	}
+	var ordered []string
+	for _, p := range AllPhases {
+		if slices.Contains(c.Phases, p) {
+			ordered = append(ordered, p)
+		}
+	}
+	for _, p := range c.Phases {
+		if !slices.Contains(AllPhases, p) {
+			return fmt.Errorf("unknown phase %q (phases: %s)", p, strings.Join(AllPhases, ","))
+		}
+	}
+	if slices.Contains(ordered, PhaseAttach) && !slices.Contains(ordered, PhaseClaims) {
+		return fmt.Errorf("the attach phase needs the claims phase (it attaches those claims)")
+	}
+	c.Phases = ordered
+	if c.Concurrency < 1 {
+		c.Concurrency = 1
+	}
+	if c.PhaseTimeout == 0 {
+		c.PhaseTimeout = 2*time.Minute + time.Duration(c.N)*500*time.Millisecond
+	}
+	if c.Progress <= 0 {
+		c.Progress = 5 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return nil
+}
+
+// Run starts a sandbox, runs the phases and returns the report. The report is returned, as far
+// as it got, with an error too.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rep := newReport(cfg)
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Log, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	logf("starting the sandbox (control plane, MetalLB, both controllers)")
+	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{Dir: cfg.Dir}})
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		logf("stopping the sandbox")
+		if err := s.Stop(); err != nil {
+			logf("stopping: %v", err)
+		}
+	}()
+	r, err := newRunner(ctx, cfg, s, logf)
+	if err != nil {
+		return rep, err
+	}
+	defer r.stop()
+	rep.StateDir = s.Dir
+	if err := r.setup(ctx); err != nil {
+		return rep, fmt.Errorf("setting up pools and class: %w", err)
+	}
+	runErr := r.runPhases(ctx, rep)
+	rep.finish(r)
+	if runErr != nil {
+		return rep, runErr
+	}
+	logf("checking every Service's addresses")
+	problems, err := r.check(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Check = CheckResult{OK: len(problems) == 0, Problems: problems}
+	if len(problems) > 0 {
+		return rep, fmt.Errorf("correctness check failed: %d problems, first: %s", len(problems), problems[0])
+	}
+	return rep, nil
+}
+
+type runner struct {
+	cfg     Config
+	s       *sandbox.Sandbox
+	logf    func(string, ...any)
+	cl      client.Client
+	cache   cache.Cache
+	cancel  context.CancelFunc
+	limiter *rate.Limiter
+	tracker tracker
+	// procs are the processes measured, by name.
+	procs map[string]*controlplane.Process
+	// claimIPs are the claims' addresses once the claims phase is done.
+	claimIPs map[string][]string
+
+	mu    sync.Mutex
+	peaks map[string]int64 // peak RSS during the current step
+}
+
+// measured are the processes whose CPU and memory each step records.
+var measured = []string{"address-controller", "metallb-iad", "metallb-controller", "kube-apiserver", "etcd", "kube-controller-manager"}
+
+// controllers are the project's processes with controller-runtime metrics.
+var controllers = []string{"address-controller", "metallb-iad"}
+
+func newRunner(ctx context.Context, cfg Config, s *sandbox.Sandbox, logf func(string, ...any)) (*runner, error) {
+	scheme := kruntime.NewScheme()
+	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	// One client creates every object in every phase; its own rate limiter is out of the way
+	// so that the benchmark's (Rate, Concurrency) is what paces the creates.
+	rc := *s.Config
+	rc.QPS, rc.Burst = 10000, 10000
+	rc.UserAgent = "bench-e2e"
+	cl, err := client.New(&rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	// Progress is watched through a cache of the benchmark's namespace (a separate
+	// connection: watching does not compete with creating).
+	watchCfg := *s.Config
+	c, err := cache.New(&watchCfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{Namespace: {}}})
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, s: s, logf: logf, cl: cl, cache: c, procs: map[string]*controlplane.Process{}}
+	limit := rate.Limit(cfg.Rate)
+	if cfg.Rate <= 0 {
+		limit = rate.Inf
+	}
+	r.limiter = rate.NewLimiter(limit, max(1, cfg.Concurrency))
+	for _, p := range s.Processes() {
+		r.procs[p.Spec.Name] = p
+	}
+	for _, name := range append([]string{"metallb-controller"}, controllers...) {
+		if r.procs[name] == nil {
+			return nil, fmt.Errorf("the sandbox runs no %s process", name)
+		}
+	}
+	for _, obj := range []client.Object{&corev1.Service{}, &ipamv1.IPAddressClaim{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { r.tracker.observe(o) },
+			UpdateFunc: func(_, o any) { r.tracker.observe(o) },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, errors.New("the benchmark's cache did not sync")
+	}
+	go r.sampleRSS(cctx)
+	return r, nil
+}
+
+func (r *runner) stop() { r.cancel() }
+
+// setup creates the benchmark's namespace (labelled as a tenant's, so the admission policy
+// runs on every Service write as it would on Cozystack), two autoAssign: false pools with
+// their advertisement, and a class of the driver, and waits until the driver accepts it.
+func (r *runner) setup(ctx context.Context) error {
+	if err := r.s.EnsureNamespace(ctx, Namespace, map[string]string{sandbox.TenantLabel: "bench.example.org"}); err != nil {
+		return err
+	}
+	for name, cidr := range map[string]string{PlainPool: PlainRange, ReservedPool: ReservedRange} {
+		pool := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+			"metadata": map[string]any{"name": name, "namespace": r.s.MetalLBNamespace},
+			"spec":     map[string]any{"addresses": []any{cidr}, "autoAssign": false},
+		}}
+		if err := r.cl.Create(ctx, pool); err != nil {
+			return err
+		}
+	}
+	adv := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+		"metadata": map[string]any{"name": "bench", "namespace": r.s.MetalLBNamespace},
+		"spec":     map[string]any{"ipAddressPools": []any{PlainPool, ReservedPool}},
+	}}
+	if err := r.cl.Create(ctx, adv); err != nil {
+		return err
+	}
+	cls := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: Class},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: provisioner, ReclaimPolicy: ipamv1.ReclaimPolicy("Delete"),
+			Parameters: map[string]string{"pool": ReservedPool}}}
+	if err := r.cl.Create(ctx, cls); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var got ipamv1.IPAddressClass
+		if err := r.cl.Get(ctx, client.ObjectKey{Name: Class}, &got); err != nil {
+			return err
+		}
+		if meta.IsStatusConditionTrue(got.Status.Conditions, ipamv1.ConditionAccepted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("class %s not accepted by the driver within a minute: %+v", Class, got.Status.Conditions)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// Let MetalLB take in the pools before anything is timed.
+	_, _ = r.settle(ctx, 30*time.Second)
+	return nil
+}
+
+// runPhases runs every phase, each (but the first) preceded by its same-population baseline.
+func (r *runner) runPhases(ctx context.Context, rep *Report) error {
+	n := r.cfg.N
+	for i, phase := range r.cfg.Phases {
+		if i > 0 || phase != PhasePlain {
+			prefix := "base-" + phase + "-"
+			step, err := r.measure(ctx, "baseline-"+phase, PhasePlain, prefix, n,
+				func(ctx context.Context, j int) error {
+					return r.cl.Create(ctx, plainService(fmt.Sprintf("%s%05d", prefix, j)))
+				}, hasIngress)
+			rep.add(step)
+			if err != nil {
+				return err
+			}
+			if err := r.deleteServices(ctx, prefix, n); err != nil {
+				return err
+			}
+		}
+		var step *Step
+		var err error
+		switch phase {
+		case PhasePlain:
+			step, err = r.measure(ctx, PhasePlain, PhasePlain, "plain-", n, func(ctx context.Context, j int) error {
+				return r.cl.Create(ctx, plainService(fmt.Sprintf("plain-%05d", j)))
+			}, hasIngress)
+		case PhaseClaims:
+			step, err = r.measure(ctx, PhaseClaims, PhaseClaims, "claim-", n, func(ctx context.Context, j int) error {
+				return r.cl.Create(ctx, newClaim(fmt.Sprintf("claim-%05d", j)))
+			}, claimBound)
+			if err == nil {
+				err = r.recordClaims(ctx)
+			}
+		case PhaseAttach:
+			step, err = r.measure(ctx, PhaseAttach, PhaseAttach, "attach-", n, func(ctx context.Context, j int) error {
+				return r.cl.Create(ctx, attachService(fmt.Sprintf("attach-%05d", j), fmt.Sprintf("claim-%05d", j)))
+			}, r.showsClaimIPs)
+		}
+		rep.add(step)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func lbService(name string, annotations map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			// The default NodePort range holds 2,768 ports: every Service here goes without.
+			AllocateLoadBalancerNodePorts: new(false),
+		},
+	}
+}
+
+// plainService is what a cluster without this project does: a Service asking MetalLB for an
+// address from an autoAssign: false pool.
+func plainService(name string) *corev1.Service {
+	return lbService(name, map[string]string{poolAnno: PlainPool})
+}
+
+// attachService names a claim.
+func attachService(name, claim string) *corev1.Service {
+	return lbService(name, map[string]string{ipamv1.AnnotationServiceClaim: claim})
+}
+
+func newClaim(name string) *ipamv1.IPAddressClaim {
+	return &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: Class, Family: ipamv1.IPv4}}
+}
+
+func ingressIPs(svc *corev1.Service) []string {
+	var out []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			out = append(out, in.IP)
+		}
+	}
+	return out
+}
+
+func hasIngress(o client.Object) bool {
+	svc, ok := o.(*corev1.Service)
+	return ok && len(ingressIPs(svc)) > 0
+}
+
+func claimBound(o client.Object) bool {
+	c, ok := o.(*ipamv1.IPAddressClaim)
+	return ok && c.Status.Phase == ipamv1.ClaimBound
+}
+
+func claimAddresses(c *ipamv1.IPAddressClaim) []string {
+	var out []string
+	for _, a := range c.Status.Addresses {
+		out = append(out, a.Address)
+	}
+	return out
+}
+
+// showsClaimIPs: an attach Service is done when it shows exactly its claim's addresses.
+func (r *runner) showsClaimIPs(o client.Object) bool {
+	svc, ok := o.(*corev1.Service)
+	if !ok {
+		return false
+	}
+	want := r.claimIPs[svc.Annotations[ipamv1.AnnotationServiceClaim]]
+	return len(want) > 0 && sameSet(ingressIPs(svc), want)
+}
+
+// recordClaims remembers every claim's addresses (read uncached) for the attach phase and the
+// final check.
+func (r *runner) recordClaims(ctx context.Context) error {
+	var list ipamv1.IPAddressClaimList
+	if err := r.cl.List(ctx, &list, client.InNamespace(Namespace)); err != nil {
+		return err
+	}
+	ips := map[string][]string{}
+	for i := range list.Items {
+		ips[list.Items[i].Name] = claimAddresses(&list.Items[i])
+	}
+	r.claimIPs = ips
+	return nil
+}
+
+// measure runs one step: n creates through the shared client, until done holds for each
+// object (or the phase timeout), then waits for the controllers and MetalLB to go quiet, and
+// reads what happened in between.
+func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
+	create func(context.Context, int) error, done func(client.Object) bool) (*Step, error) {
+	step := &Step{Name: name, Kind: kind, N: n}
+	// Start from a quiet cluster: a Service deletion (a baseline's clean-up) makes MetalLB
+	// rewrite the status of every Service it tracks, pass after pass while deletions race with
+	// it, and such a pass must not run into the next step's timing.
+	quietFor, quiet := r.settle(ctx, r.cfg.PhaseTimeout)
+	step.QuietAtStart = quiet
+	if !quiet {
+		r.logf("%s: the controllers and MetalLB were still busy after %s; starting anyway", name, quietFor.Round(time.Second))
+	}
+	var err error
+	if step.PopulationAtStart, err = r.countServices(ctx); err != nil {
+		return step, err
+	}
+	before := r.snapshot(ctx)
+	r.resetPeaks()
+	isClaim := kind == PhaseClaims
+	tr := r.tracker.begin(prefix, isClaim, n, done)
+	// Objects that already exist (none should) are evaluated once before timing starts.
+	r.replay(ctx, isClaim)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
+	defer cancel()
+	stopProgress := r.progress(ctx, name, kind, tr, n)
+	start := time.Now()
+	step.started = start
+	tr.setStart(start)
+	createDur, createErr := r.createAll(ctx, n, create)
+	step.CreateSeconds = createDur.Seconds()
+	if createErr != nil {
+		stopProgress()
+		r.tracker.end()
+		return step, fmt.Errorf("%s: creating: %w", name, createErr)
+	}
+	select {
+	case <-tr.allDone:
+	case <-ctx.Done():
+	}
+	stopProgress()
+	times := r.tracker.end()
+	step.Done = len(times)
+	step.Series = series(start, times)
+	if len(times) == n {
+		step.Seconds = times[len(times)-1].Sub(start).Seconds()
+	} else {
+		step.TimedOut = true
+		step.Seconds = time.Since(start).Seconds()
+	}
+	if step.Seconds > 0 {
+		step.PerSecond = float64(step.Done) / step.Seconds
+	}
+	r.logf("%s: %d/%d done in %.1fs (%.1f/s); waiting for the controllers and MetalLB to go quiet", name, step.Done, n, step.Seconds, step.PerSecond)
+	settleDur, settled := r.settle(context.WithoutCancel(ctx), r.cfg.PhaseTimeout)
+	step.SettleSeconds, step.Settled = settleDur.Seconds(), settled
+	after := r.snapshot(context.WithoutCancel(ctx))
+	if err := r.account(step, before, after); err != nil {
+		return step, err
+	}
+	if step.TimedOut {
+		return step, fmt.Errorf("%s: only %d of %d objects done within %s", name, step.Done, n, r.cfg.PhaseTimeout)
+	}
+	return step, nil
+}
+
+// replay feeds objects the cache already holds to the tracker.
+func (r *runner) replay(ctx context.Context, isClaim bool) {
+	if isClaim {
+		var l ipamv1.IPAddressClaimList
+		if r.cache.List(ctx, &l) == nil {
+			for i := range l.Items {
+				r.tracker.observe(&l.Items[i])
+			}
+		}
+		return
+	}
+	var l corev1.ServiceList
+	if r.cache.List(ctx, &l) == nil {
+		for i := range l.Items {
+			r.tracker.observe(&l.Items[i])
+		}
+	}
+}
+
+// createAll runs create for 0..n-1 on Concurrency goroutines, each create waiting on the
+// shared rate limiter; transient errors are retried a few times.
+func (r *runner) createAll(ctx context.Context, n int, create func(context.Context, int) error) (time.Duration, error) {
+	start := time.Now()
+	next := make(chan int)
+	errs := make(chan error, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				if err := r.limiter.Wait(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if err := retry(ctx, func() error { return create(ctx, j) }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var firstErr error
+feed:
+	for j := range n {
+		select {
+		case next <- j:
+		case firstErr = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if firstErr == nil {
+		firstErr = <-errs
+	}
+	return time.Since(start), firstErr
+}
+
+// retry retries transient apiserver errors; AlreadyExists (a retried create that had gone
+// through) and NotFound (a retried delete) count as done.
+func retry(ctx context.Context, f func() error) error {
+	var err error
+	for attempt := range 6 {
+		err = f()
+		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !(apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsConflict(err)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// deleteServices deletes a baseline's Services (same client and pacing) and waits until they
+// are gone, so that the next phase starts at the population its baseline had.
+func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error {
+	r.logf("deleting the baseline's %d Services", n)
+	if _, err := r.createAll(ctx, n, func(ctx context.Context, j int) error {
+		return r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("%s%05d", prefix, j)}})
+	}); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(r.cfg.PhaseTimeout)
+	for {
+		var l corev1.ServiceList
+		if err := r.cache.List(ctx, &l); err != nil {
+			return err
+		}
+		left := 0
+		for i := range l.Items {
+			if strings.HasPrefix(l.Items[i].Name, prefix) {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d baseline Services still there", left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil // the next step waits until everything is quiet
+}
+
+// countServices counts the Services in the cluster (every namespace): the population MetalLB
+// tracks.
+func (r *runner) countServices(ctx context.Context) (int, error) {
+	l, err := r.s.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
+
+// progress prints a line every Progress until stopped.
+func (r *runner) progress(ctx context.Context, name, kind string, tr *stepTrack, n int) (stop func()) {
+	word := map[string]string{PhasePlain: "with an IP", PhaseClaims: "Bound", PhaseAttach: "showing their claim's IP"}[kind]
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.cfg.Progress)
+		defer t.Stop()
+		last, lastAt := 0, time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				got := tr.count()
+				r.logf("%s: %d/%d %s, %.1f/s", name, got, n, word, float64(got-last)/now.Sub(lastAt).Seconds())
+				last, lastAt = got, now
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// settle waits (up to limit) until the project's controllers have empty workqueues and
+// reconcile nothing more and MetalLB logs nothing more, for three seconds in a row.
+func (r *runner) settle(ctx context.Context, limit time.Duration) (time.Duration, bool) {
+	const quiet = 3 * time.Second
+	start := time.Now()
+	var last string
+	stableSince := time.Now()
+	for time.Since(start) < limit {
+		var b strings.Builder
+		busy := false
+		for _, name := range controllers {
+			m, err := Scrape(ctx, r.s.Endpoints[name+"/metrics"])
+			if err != nil {
+				busy = true
+				continue
+			}
+			if queueDepth(m) > 0 {
+				busy = true
+			}
+			fmt.Fprintf(&b, "%s=%v;", name, reconcileCount(m))
+		}
+		fmt.Fprintf(&b, "metallb=%d", fileSize(r.procs["metallb-controller"].LogPath))
+		sig := b.String()
+		if busy || sig != last {
+			last, stableSince = sig, time.Now()
+		} else if time.Since(stableSince) >= quiet {
+			return time.Since(start), true
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return time.Since(start), false
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// snapshot is the state of every counter at one moment.
+type snapshot struct {
+	at         time.Time
+	auditOff   int64
+	metallbOff int64
+	metrics    map[string]Metrics
+	procs      map[string]ProcStat
+}
+
+func (r *runner) snapshot(ctx context.Context) snapshot {
+	s := snapshot{at: time.Now(), metrics: map[string]Metrics{}, procs: map[string]ProcStat{}}
+	s.auditOff = fileSize(r.s.AuditLog)
+	s.metallbOff = fileSize(r.procs["metallb-controller"].LogPath)
+	for _, name := range controllers {
+		if m, err := Scrape(ctx, r.s.Endpoints[name+"/metrics"]); err == nil {
+			s.metrics[name] = m
+		} else {
+			r.logf("scraping %s: %v", name, err)
+		}
+	}
+	for _, name := range measured {
+		if p := r.procs[name]; p != nil {
+			if st, err := ReadProc(p.Pid()); err == nil {
+				s.procs[name] = st
+			}
+		}
+	}
+	return s
+}
+
+// account fills a step's figures from the snapshots around it.
+func (r *runner) account(step *Step, before, after snapshot) error {
+	window := after.at.Sub(before.at)
+	step.WindowSeconds = window.Seconds()
+	writes, err := ReadWrites(r.s.AuditLog, before.auditOff, after.auditOff)
+	if err != nil {
+		return fmt.Errorf("reading the audit log: %w", err)
+	}
+	phaseStart := step.started
+	phaseEnd := phaseStart.Add(time.Duration(step.Seconds * float64(time.Second)))
+	step.Writes = SummarizeWrites(writes, window, phaseStart, phaseEnd)
+	step.MetalLBStatus = MetalLBStatusWrites(writes, phaseStart, phaseEnd)
+	step.ProjectWritesPerObject = float64(step.Writes.Project) / float64(step.N)
+	step.Controllers = map[string]map[string]ControllerStats{}
+	step.RESTRequests = map[string]RESTStats{}
+	for _, name := range controllers {
+		a, b := after.metrics[name], before.metrics[name]
+		if a == nil || b == nil {
+			continue
+		}
+		d := Delta(b, a)
+		step.Controllers[name] = ControllerStatsFrom(d, a, step.N)
+		rs := RESTStats{ByMethod: d.By("rest_client_requests_total", "method")}
+		for _, v := range rs.ByMethod {
+			rs.Total += v
+		}
+		rs.PerSecond = rs.Total / window.Seconds()
+		step.RESTRequests[name] = rs
+		for _, c := range step.Controllers[name] {
+			step.ProjectReconciles += c.Total
+		}
+	}
+	step.ProjectReconcilesPerObject = step.ProjectReconciles / float64(step.N)
+	step.MetalLB, err = ReadMetalLBWork(r.procs["metallb-controller"].LogPath, before.metallbOff, after.metallbOff)
+	if err != nil {
+		return fmt.Errorf("reading MetalLB's log: %w", err)
+	}
+	step.MetalLBWrites = step.Writes.ByIdentity[IdentityMetalLB].Total
+	step.Processes = map[string]ProcStep{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range measured {
+		a, okA := after.procs[name]
+		b, okB := before.procs[name]
+		if !okA || !okB {
+			continue
+		}
+		step.Processes[name] = ProcStep{
+			CPUSeconds:  a.CPUSeconds - b.CPUSeconds,
+			PeakRSSMiB:  mib(max(r.peaks[name], a.RSSBytes)),
+			EverRSSMiB:  mib(a.PeakRSSBytes),
+			CPUFraction: (a.CPUSeconds - b.CPUSeconds) / window.Seconds(),
+		}
+	}
+	step.LoadAvg = loadAvg()
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// sampleRSS keeps the highest resident set of each process seen during the current step.
+func (r *runner) sampleRSS(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, name := range measured {
+			p := r.procs[name]
+			if p == nil {
+				continue
+			}
+			st, err := ReadProc(p.Pid())
+			if err != nil {
+				continue
+			}
+			r.mu.Lock()
+			if r.peaks == nil {
+				r.peaks = map[string]int64{}
+			}
+			r.peaks[name] = max(r.peaks[name], st.RSSBytes)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *runner) resetPeaks() {
+	r.mu.Lock()
+	r.peaks = map[string]int64{}
+	r.mu.Unlock()
+}
+
+// check lists every Service of the cluster and every claim, and compares them with what the
+// phases that ran promise.
+func (r *runner) check(ctx context.Context) ([]string, error) {
+	svcs, err := r.s.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var got []ServiceIPs
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		got = append(got, ServiceIPs{Key: s.Namespace + "/" + s.Name, IPs: ingressIPs(s)})
+	}
+	want := Expectations{Attached: map[string][]string{}, Claims: map[string][]string{}}
+	for j := range r.cfg.N {
+		if slices.Contains(r.cfg.Phases, PhasePlain) {
+			want.Plain = append(want.Plain, fmt.Sprintf("%s/plain-%05d", Namespace, j))
+		}
+		if slices.Contains(r.cfg.Phases, PhaseAttach) {
+			claim := fmt.Sprintf("claim-%05d", j)
+			want.Attached[fmt.Sprintf("%s/attach-%05d", Namespace, j)] = r.claimIPs[claim]
+		}
+	}
+	if slices.Contains(r.cfg.Phases, PhaseClaims) {
+		if err := r.recordClaims(ctx); err != nil {
+			return nil, err
+		}
+		for name, ips := range r.claimIPs {
+			want.Claims[Namespace+"/"+name] = ips
+		}
+	}
+	return Check(got, want), nil
+}
+
+// tracker records when each object of the running step is first seen done.
+type tracker struct {
+	mu     sync.Mutex
+	active *stepTrack
+}
+
+type stepTrack struct {
+	prefix  string
+	isClaim bool
+	n       int
+	done    func(client.Object) bool
+	doneAt  map[string]time.Time
+	start   time.Time
+	allDone chan struct{}
+	mu      *sync.Mutex
+}
+
+func (t *tracker) begin(prefix string, isClaim bool, n int, done func(client.Object) bool) *stepTrack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.active = &stepTrack{prefix: prefix, isClaim: isClaim, n: n, done: done,
+		doneAt: map[string]time.Time{}, allDone: make(chan struct{}), mu: &t.mu}
+	return t.active
+}
+
+func (st *stepTrack) setStart(at time.Time) {
+	st.mu.Lock()
+	st.start = at
+	st.mu.Unlock()
+}
+
+func (st *stepTrack) count() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.doneAt)
+}
+
+// end stops the step and returns its completion times, sorted.
+func (t *tracker) end() []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Time
+	if t.active != nil {
+		for _, at := range t.active.doneAt {
+			out = append(out, at)
+		}
+	}
+	t.active = nil
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+func (t *tracker) observe(o any) {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	_, isClaim := obj.(*ipamv1.IPAddressClaim)
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.active
+	if st == nil || st.isClaim != isClaim || obj.GetNamespace() != Namespace || !strings.HasPrefix(obj.GetName(), st.prefix) {
+		return
+	}
+	if _, seen := st.doneAt[obj.GetName()]; seen || !st.done(obj) {
+		return
+	}
+	st.doneAt[obj.GetName()] = now
+	if len(st.doneAt) == st.n {
+		close(st.allDone)
+	}
+}
+
+// series turns completion times into (seconds since start, objects done) points.
+func series(start time.Time, times []time.Time) []Point {
+	out := make([]Point, 0, len(times)+1)
+	out = append(out, Point{T: 0, Done: 0})
+	for i, at := range times {
+		out = append(out, Point{T: at.Sub(start).Seconds(), Done: i + 1})
+	}
+	return out
+}
+
+// machine describes where the run happened.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(data), "MemTotal: %d kB", &kb); err == nil {
+			m.MemoryGiB = float64(kb) / (1 << 20)
+		}
+	}
+	return m
+}
+
+func versions() map[string]string {
+	return map[string]string{
+		"kubernetes": binaries.KubernetesVersion,
+		"etcd":       binaries.EtcdVersion,
+		"metallb":    binaries.MetalLBVersion,
+		"go":         runtime.Version(),
+	}
+}
+
+// commit is the checkout's commit (and whether it has local changes), when git is there.
+func commit() string {
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		return ""
+	}
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += "-dirty"
+	}
+	return c
+}

@@ -1,0 +1,437 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is the result of a run, written as JSON by -out.
+type Report struct {
+	Date     time.Time         `json:"date"`
+	Commit   string            `json:"commit,omitempty"`
+	Machine  Machine           `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Config   ReportConfig      `json:"config"`
+	StateDir string            `json:"stateDir,omitempty"`
+	// Headline holds the ratios against plain MetalLB, one per phase.
+	Headline []Ratio `json:"headline"`
+	Steps    []*Step `json:"steps"`
+	// PeakRSSMiB is each process's highest resident set over the whole run (VmHWM).
+	PeakRSSMiB map[string]float64 `json:"peakRSSMiB"`
+	Check      CheckResult        `json:"check"`
+}
+
+// ReportConfig is the run's configuration.
+type ReportConfig struct {
+	N            int      `json:"n"`
+	Phases       []string `json:"phases"`
+	Concurrency  int      `json:"concurrency"`
+	Rate         float64  `json:"ratePerSecond"`
+	PhaseTimeout string   `json:"phaseTimeout"`
+}
+
+// Machine is where the run happened.
+type Machine struct {
+	CPUs      int     `json:"cpus"`
+	CPUModel  string  `json:"cpuModel,omitempty"`
+	MemoryGiB float64 `json:"memoryGiB,omitempty"`
+	OS        string  `json:"os"`
+	GoVersion string  `json:"go"`
+	// LoadAvgStart is the one-minute load average before the sandbox started: other work on
+	// the machine.
+	LoadAvgStart float64 `json:"loadAvgStart"`
+}
+
+// CheckResult is the final correctness check.
+type CheckResult struct {
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Step is one measured batch: a phase or its baseline.
+type Step struct {
+	Name string `json:"name"`
+	// Kind is the phase whose objects the step creates (a baseline is "plain").
+	Kind string `json:"kind"`
+	N    int    `json:"n"`
+	// PopulationAtStart is the number of Services in the cluster when the step began.
+	PopulationAtStart int `json:"servicesAtStart"`
+	// Seconds runs from the first create to the last object done; PerSecond is N over it.
+	Seconds       float64 `json:"seconds"`
+	PerSecond     float64 `json:"perSecond"`
+	CreateSeconds float64 `json:"createSeconds"`
+	Done          int     `json:"done"`
+	TimedOut      bool    `json:"timedOut,omitempty"`
+	// SettleSeconds is how long the controllers and MetalLB kept working after the last object
+	// was done; the counters below cover the whole window (start to settled).
+	SettleSeconds float64 `json:"settleSeconds"`
+	// QuietAtStart says the controllers and MetalLB had gone quiet before the step began (false:
+	// the step's timing includes work left over from before).
+	QuietAtStart  bool    `json:"quietAtStart"`
+	Settled       bool    `json:"settled"`
+	WindowSeconds float64 `json:"windowSeconds"`
+	Series        []Point `json:"series"`
+	started       time.Time
+
+	Writes                 WriteSummary `json:"writes"`
+	ProjectWritesPerObject float64      `json:"projectWritesPerObject"`
+	MetalLBWrites          int          `json:"metallbWrites"`
+	MetalLBStatus          StatusWrites `json:"metallbServiceStatusWrites"`
+	// Controllers maps a process to its controller-runtime controllers' figures.
+	Controllers                map[string]map[string]ControllerStats `json:"controllers"`
+	ProjectReconciles          float64                               `json:"projectReconciles"`
+	ProjectReconcilesPerObject float64                               `json:"projectReconcilesPerObject"`
+	RESTRequests               map[string]RESTStats                  `json:"restRequests"`
+	MetalLB                    MetalLBWork                           `json:"metallb"`
+	Processes                  map[string]ProcStep                   `json:"processes"`
+	LoadAvg                    float64                               `json:"loadAvgEnd"`
+}
+
+// Point is the number of objects done T seconds after a step's first create.
+type Point struct {
+	T    float64 `json:"t"`
+	Done int     `json:"done"`
+}
+
+// RESTStats are a process's requests to the apiserver (reads included) during a step.
+type RESTStats struct {
+	Total     float64            `json:"total"`
+	PerSecond float64            `json:"perSecond"`
+	ByMethod  map[string]float64 `json:"byMethod"`
+}
+
+// ProcStep is a process's CPU and memory during a step.
+type ProcStep struct {
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// CPUFraction is CPU seconds per second of the step's window (1.0 = one core busy).
+	CPUFraction float64 `json:"cpuFraction"`
+	PeakRSSMiB  float64 `json:"peakRSSMiB"`
+	// EverRSSMiB is the process's peak resident set since it started (VmHWM) at the step's end.
+	EverRSSMiB float64 `json:"peakRSSSinceStartMiB"`
+}
+
+// Ratio is a phase against plain MetalLB.
+type Ratio struct {
+	Phase string `json:"phase"`
+	// Measure is "rate" (plain time over phase time: higher is better) or "time" (phase time
+	// over plain time: lower is better).
+	Measure string  `json:"measure"`
+	Seconds float64 `json:"seconds"`
+	// BaselineSeconds is the plain batch measured right before the phase, at the same
+	// population of Services; VsBaseline the headline ratio against it.
+	BaselineSeconds float64 `json:"baselineSeconds"`
+	VsBaseline      float64 `json:"vsBaseline"`
+	// EmptySeconds is the plain phase on the empty cluster (when it ran); VsEmpty the ratio
+	// against it, which flatters MetalLB.
+	EmptySeconds float64 `json:"emptyPlainSeconds,omitempty"`
+	VsEmpty      float64 `json:"vsEmptyPlain,omitempty"`
+	Target       string  `json:"target"`
+}
+
+func newReport(cfg Config) *Report {
+	return &Report{
+		Date:     time.Now().UTC(),
+		Commit:   commit(),
+		Machine:  func() Machine { m := machine(); m.LoadAvgStart = loadAvg(); return m }(),
+		Versions: versions(),
+		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
+			PhaseTimeout: cfg.PhaseTimeout.String()},
+	}
+}
+
+func (rep *Report) add(s *Step) {
+	if s != nil {
+		rep.Steps = append(rep.Steps, s)
+	}
+}
+
+func (rep *Report) step(name string) *Step {
+	for _, s := range rep.Steps {
+		if s.Name == name && !s.TimedOut && s.Done == s.N {
+			return s
+		}
+	}
+	return nil
+}
+
+// finish computes the headline and reads every process's peak memory.
+func (rep *Report) finish(r *runner) {
+	rep.Headline = Headline(rep.Steps)
+	rep.PeakRSSMiB = map[string]float64{}
+	for _, name := range measured {
+		if p := r.procs[name]; p != nil {
+			if st, err := ReadProc(p.Pid()); err == nil {
+				rep.PeakRSSMiB[name] = mib(st.PeakRSSBytes)
+			}
+		}
+	}
+}
+
+// Headline computes each completed phase's ratios against its same-population baseline and
+// against the plain phase on the empty cluster.
+func Headline(steps []*Step) []Ratio {
+	find := func(name string) *Step {
+		for _, s := range steps {
+			if s.Name == name && !s.TimedOut && s.Done == s.N && s.Seconds > 0 {
+				return s
+			}
+		}
+		return nil
+	}
+	empty := find(PhasePlain)
+	var out []Ratio
+	for _, phase := range AllPhases {
+		s := find(phase)
+		if s == nil {
+			continue
+		}
+		r := Ratio{Phase: phase, Seconds: s.Seconds}
+		base := find("baseline-" + phase)
+		if phase == PhasePlain {
+			base = s
+		}
+		ratio := func(plain float64) float64 {
+			if phase == PhaseClaims {
+				return plain / s.Seconds
+			}
+			return s.Seconds / plain
+		}
+		switch phase {
+		case PhasePlain:
+			r.Measure, r.Target = "time", "1.00 (the baseline)"
+		case PhaseClaims:
+			r.Measure, r.Target = "rate", "≥ 0.8"
+		case PhaseAttach:
+			r.Measure, r.Target = "time", "≤ 1.25"
+		}
+		if base != nil {
+			r.BaselineSeconds, r.VsBaseline = base.Seconds, ratio(base.Seconds)
+		}
+		if empty != nil && phase != PhasePlain {
+			r.EmptySeconds, r.VsEmpty = empty.Seconds, ratio(empty.Seconds)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// WriteJSON writes the report to path.
+func (rep *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// WriteText writes the report as Markdown tables.
+func (rep *Report) WriteText(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("## bench-e2e, n=%d, %s", rep.Config.N, rep.Date.Format("2006-01-02 15:04 UTC"))
+	p("")
+	p("Machine: %d CPUs (%s), %.1f GiB, load average %.2f before the start; %s; Kubernetes %s, etcd %s, MetalLB %s; commit %s.",
+		rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemoryGiB, rep.Machine.LoadAvgStart, rep.Versions["go"],
+		rep.Versions["kubernetes"], rep.Versions["etcd"], rep.Versions["metallb"], orDash(rep.Commit))
+	p("Client: one client, %d concurrent creates, at most %.0f creates/s, in every step.", rep.Config.Concurrency, rep.Config.Rate)
+	p("")
+	p("### Headline")
+	p("")
+	p("| phase | time | plain at the same population | ratio | plain on the empty cluster | ratio | target |")
+	p("|---|---|---|---|---|---|---|")
+	for _, h := range rep.Headline {
+		p("| %s | %.1f s | %s | %s | %s | %s | %s %s |", h.Phase, h.Seconds, secs(h.BaselineSeconds), ratioText(h.VsBaseline, h.Measure),
+			secs(h.EmptySeconds), ratioText(h.VsEmpty, h.Measure), h.Measure, h.Target)
+	}
+	p("")
+	p("### Steps")
+	p("")
+	p("| step | Services at start | time | objects/s | creates took | settled after | project writes (/object) | project reconciles (/object) | MetalLB writes | MetalLB reconciles: service / reprocess-all / pool-status |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range rep.Steps {
+		timed := fmt.Sprintf("%.1f s", s.Seconds)
+		if s.TimedOut {
+			timed = fmt.Sprintf("timed out (%d/%d)", s.Done, s.N)
+		}
+		settled := fmt.Sprintf("%.1f s", s.SettleSeconds)
+		if !s.Settled {
+			settled += " (not quiet)"
+		}
+		if !s.QuietAtStart {
+			timed += " (began before the cluster was quiet)"
+		}
+		p("| %s | %d | %s | %.1f | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d | %d / %d / %d |", s.Name, s.PopulationAtStart, timed,
+			s.PerSecond, s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
+			s.ProjectReconcilesPerObject, s.MetalLBWrites, s.MetalLB.Reconciles["service"], s.MetalLB.Reconciles["reprocess-all"],
+			s.MetalLB.Reconciles["pool-status"])
+	}
+	p("")
+	p("### Writes by identity (audit log)")
+	p("")
+	p("Writes cover the step's whole window (first create until everything was quiet); \"timed part\" is first create to last object done; peak is the most in one wall-clock second.")
+	p("")
+	p("| step | identity | writes | in the timed part (/s) | peak /s | breakdown (verb resource code: count) |")
+	p("|---|---|---|---|---|---|")
+	for _, s := range rep.Steps {
+		ids := make([]string, 0, len(s.Writes.ByIdentity))
+		for id := range s.Writes.ByIdentity {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			rate := s.Writes.ByIdentity[id]
+			var parts []string
+			for _, row := range s.Writes.Rows {
+				if row.Identity == id {
+					parts = append(parts, fmt.Sprintf("%s: %d", row.rowLabel(), row.Count))
+				}
+			}
+			p("| %s | %s | %d | %d (%.1f) | %d | %s |", s.Name, id, rate.Total, rate.InPhase, rate.InPhasePerSecond, rate.Peak, strings.Join(parts, ", "))
+		}
+	}
+	p("")
+	p("### The project's controllers (controller-runtime metrics)")
+	p("")
+	p("| step | controller | reconciles (/object) | errors | requeues | queue adds | mean wait in queue | mean work | workers |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, s := range rep.Steps {
+		for _, proc := range controllers {
+			names := make([]string, 0, len(s.Controllers[proc]))
+			for n := range s.Controllers[proc] {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				c := s.Controllers[proc][n]
+				if c.Total == 0 && c.Adds == 0 {
+					continue
+				}
+				p("| %s | %s/%s | %.0f (%.2f) | %.0f | %.0f | %.0f | %s | %s | %.0f |", s.Name, proc, n, c.Total, c.PerObject,
+					c.Reconciles["error"], c.Reconciles["requeue"]+c.Reconciles["requeue_after"], c.Adds,
+					dur(c.MeanWaitSecs), dur(c.MeanWorkSecs), c.MaxConcurrent)
+			}
+		}
+	}
+	p("")
+	p("| step | process | requests to the apiserver | /s | by method |")
+	p("|---|---|---|---|---|")
+	for _, s := range rep.Steps {
+		for _, proc := range controllers {
+			rs, ok := s.RESTRequests[proc]
+			if !ok {
+				continue
+			}
+			var parts []string
+			for _, m := range sortedKeys(rs.ByMethod) {
+				if rs.ByMethod[m] > 0 {
+					parts = append(parts, fmt.Sprintf("%s %.0f", m, rs.ByMethod[m]))
+				}
+			}
+			p("| %s | %s | %.0f | %.1f | %s |", s.Name, proc, rs.Total, rs.PerSecond, strings.Join(parts, ", "))
+		}
+	}
+	p("")
+	p("### MetalLB's controller (its log)")
+	p("")
+	p("| step | reconciles | by kind | Service status writes (audit log): to which Services | 409 | median /s in the timed part | events |")
+	p("|---|---|---|---|---|---|---|")
+	for _, s := range rep.Steps {
+		var kinds, events []string
+		for _, k := range sortedKeys(s.MetalLB.Reconciles) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, s.MetalLB.Reconciles[k]))
+		}
+		for _, k := range sortedKeys(s.MetalLB.Events) {
+			events = append(events, fmt.Sprintf("%s %d", k, s.MetalLB.Events[k]))
+		}
+		var targets []string
+		for _, k := range sortedKeys(s.MetalLBStatus.ByTarget) {
+			targets = append(targets, fmt.Sprintf("%s %d", k, s.MetalLBStatus.ByTarget[k]))
+		}
+		p("| %s | %d | %s | %s | %d | %.0f | %s |", s.Name, s.MetalLB.Total, strings.Join(kinds, ", "), strings.Join(targets, ", "),
+			s.MetalLBStatus.Conflicts, s.MetalLBStatus.MedianPerSecond, strings.Join(events, ", "))
+	}
+	p("")
+	p("### Processes (CPU seconds in the step's window, peak RSS in the step)")
+	p("")
+	header := "| step |"
+	sep := "|---|"
+	for _, name := range measured {
+		header += " " + name + " |"
+		sep += "---|"
+	}
+	p("%s load avg |", header)
+	p("%s---|", sep)
+	for _, s := range rep.Steps {
+		line := "| " + s.Name + " |"
+		for _, name := range measured {
+			ps := s.Processes[name]
+			line += fmt.Sprintf(" %.1f s, %.0f MiB |", ps.CPUSeconds, ps.PeakRSSMiB)
+		}
+		p("%s %.2f |", line, s.LoadAvg)
+	}
+	p("")
+	var peaks []string
+	for _, name := range measured {
+		if v, ok := rep.PeakRSSMiB[name]; ok {
+			peaks = append(peaks, fmt.Sprintf("%s %.0f MiB", name, v))
+		}
+	}
+	p("Peak RSS over the run: %s.", strings.Join(peaks, ", "))
+	p("")
+	if rep.Check.OK {
+		p("Check: every attached Service shows exactly its claim's address, every plain Service one address, no IP is on two Services or two claims.")
+	} else {
+		p("Check FAILED (%d problems):", len(rep.Check.Problems))
+		for i, pr := range rep.Check.Problems {
+			if i == 20 {
+				p("- … and %d more", len(rep.Check.Problems)-20)
+				break
+			}
+			p("- %s", pr)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func secs(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+func ratioText(v float64, measure string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f× %s", v, measure)
+}
+
+func dur(s float64) string {
+	switch {
+	case s == 0:
+		return "-"
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	}
+	return fmt.Sprintf("%.1f s", s)
+}
