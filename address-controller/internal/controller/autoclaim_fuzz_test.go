@@ -3,6 +3,7 @@ package controller
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,13 +25,14 @@ var annotationValues = []string{"", "false", "FALSE", "False", "true", "web", "2
 // skipModel is the product page's (and DESIGN §4's) list of reasons not to auto-claim, written
 // independently of the code: not a LoadBalancer, being deleted, names a claim, opted out, a
 // loadBalancerClass, spec.loadBalancerIP, a MetalLB pool/pin/sharing annotation under either
-// prefix, or an address already in status.
-func skipModel(svc *corev1.Service) bool {
+// prefix, or an address already in status that the Service had before auto-claim applied to it
+// (created before enabledAt; a zero enabledAt — the Service names its class — never skips).
+func skipModel(svc *corev1.Service, enabledAt time.Time) bool {
 	ann := svc.Annotations
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || ann[ipamv1.AnnotationServiceClaim] != "" ||
 		strings.ToLower(ann[ipamv1.AnnotationAutoClaim]) == "false" ||
 		(svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "") || svc.Spec.LoadBalancerIP != "" ||
-		len(svc.Status.LoadBalancer.Ingress) > 0 {
+		(len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() && svc.CreationTimestamp.Time.Before(enabledAt)) {
 		return true
 	}
 	for _, prefix := range []string{"metallb.io/", "metallb.universe.tf/"} {
@@ -88,11 +90,25 @@ func FuzzAutoClaimSkip(f *testing.F) {
 	f.Add([]byte{}, uint8(8), "example.com/lb", "")
 	f.Add([]byte{}, uint8(16), "", "203.0.113.7")
 	f.Add([]byte{}, uint8(32), "", "")
+	f.Add([]byte{}, uint8(32|64), "", "")
+	f.Add([]byte{}, uint8(32|128), "", "")
 	f.Add([]byte{}, uint8(2), "", "")
 	f.Fuzz(func(t *testing.T, choices []byte, flags uint8, lbClass, lbIP string) {
 		svc := fuzzService(choices, flags, lbClass, lbIP)
-		got := autoClaimSkip(svc)
-		if want := skipModel(svc); (got != "") != want {
+		// The Service was created at created; auto-claim was enabled an hour after it (it had its
+		// address before), an hour before it (an address in status is MetalLB's race), or the
+		// Service names its class itself (zero).
+		created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+		svc.CreationTimestamp = metav1.NewTime(created)
+		enabledAt := created.Add(-time.Hour)
+		switch {
+		case flags&128 != 0:
+			enabledAt = time.Time{}
+		case flags&64 != 0:
+			enabledAt = created.Add(time.Hour)
+		}
+		got := autoClaimSkip(svc, enabledAt)
+		if want := skipModel(svc, enabledAt); (got != "") != want {
 			t.Fatalf("autoClaimSkip = %q, the skip rules say skip=%v, for type=%s deleting=%v annotations=%v lbClass=%v lbIP=%q ingress=%v",
 				got, want, svc.Spec.Type, svc.DeletionTimestamp != nil, svc.Annotations, svc.Spec.LoadBalancerClass, svc.Spec.LoadBalancerIP,
 				svc.Status.LoadBalancer.Ingress)
