@@ -150,15 +150,6 @@ func (rep *Report) add(s *Step) {
 	}
 }
 
-func (rep *Report) step(name string) *Step {
-	for _, s := range rep.Steps {
-		if s.Name == name && !s.TimedOut && s.Done == s.N {
-			return s
-		}
-	}
-	return nil
-}
-
 // finish computes the headline and reads every process's peak memory.
 func (rep *Report) finish(r *runner) {
 	rep.Headline = Headline(rep.Steps)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -305,6 +304,5 @@ func (f *fakeMetalLB) pass() {
 	}
 }
 
-func joinIPs(ips ...string) string { return strings.Join(ips, ",") }
 
 var _ = wait.ForeverTestTimeout
