@@ -304,5 +304,4 @@ func (f *fakeMetalLB) pass() {
 	}
 }
 
-
 var _ = wait.ForeverTestTimeout
