@@ -41,8 +41,9 @@ func TestTenantQuotaLimitsClaims(t *testing.T) {
 			// The quota controller (kube-controller-manager) computes the usage; until it has,
 			// the apiserver refuses every claim of the namespace. It counts a custom resource only
 			// once its discovery (every 30 s) has found the CRD; a quota it saw before that is
-			// recomputed at its next full resync, 5 minutes by default.
-			eventually(ctx, t, 6*time.Minute, "the quota's usage to be computed", func(ctx context.Context) (bool, error) {
+			// recomputed at its next full resync (5 minutes by default, 30 s on the local control
+			// plane).
+			eventually(ctx, t, 3*time.Minute, "the quota's usage to be computed", func(ctx context.Context) (bool, error) {
 				if err := admin.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
 					return false, err
 				}

@@ -432,6 +432,9 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 			"--authorization-kubeconfig=" + kubeconfig,
 			"--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller," +
 				"serviceaccount-token-controller,clusterrole-aggregation-controller,resourcequota-controller",
+			// The quota controller recounts every quota this often (5m by default); a quota made
+			// before it discovered a new CRD shows that resource's usage only then.
+			"--resource-quota-sync-period=30s",
 			"--service-account-private-key-file=" + cp.pki.path("sa.key"),
 			"--root-ca-file=" + cp.pki.path("ca.crt"),
 			"--leader-elect=false",
