@@ -23,7 +23,7 @@ func autoClaimSkip(svc *corev1.Service, enabledAt time.Time) string {
 	if why := autoClaimSkipAsked(svc); why != "" {
 		return why
 	}
-	if len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() && svc.CreationTimestamp.Time.Before(enabledAt.Truncate(time.Second)) {
+	if autoclaim.HadAddressBefore(svc, enabledAt) {
 		return "had an address before auto-claim was enabled"
 	}
 	return ""

@@ -63,7 +63,7 @@ func TestAutoClaimSkipForAnAddress(t *testing.T) {
 		{"older Service with an address", svc(t0.Add(-time.Hour), true), t0, true},
 		{"older Service without an address", svc(t0.Add(-time.Hour), false), t0, false},
 		{"newer Service that won an address in a race", svc(t0.Add(time.Second), true), t0, false},
-		{"created in the second auto-claim was enabled", svc(t0, true), t0.Add(300 * time.Millisecond), false},
+		{"created in the second auto-claim was enabled: the older one", svc(t0, true), t0.Add(300 * time.Millisecond), true},
 		{"Service naming its class (no enabling time)", svc(t0.Add(-time.Hour), true), time.Time{}, false},
 	} {
 		if got := autoClaimSkip(tc.svc, tc.enabled) != ""; got != tc.skip {

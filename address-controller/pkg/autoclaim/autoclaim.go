@@ -5,6 +5,7 @@ package autoclaim
 
 import (
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -44,4 +45,16 @@ func SkipAsked(svc *corev1.Service) string {
 		}
 	}
 	return ""
+}
+
+// HadAddressBefore reports whether a Service's address predates auto-claim being enabled for
+// it at enabledAt (zero: never, as for a Service that names its class itself): it has an
+// address in status and was created no later than the second auto-claim was enabled
+// (creationTimestamp has one-second precision; a Service of that very second is taken to be the
+// older one, so that enabling auto-claim never re-addresses a running Service). A Service
+// created afterwards that shows an address got it from an auto-assigning pool in the moment
+// before its claim existed: a race, not a reason to skip it.
+func HadAddressBefore(svc *corev1.Service, enabledAt time.Time) bool {
+	return len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() &&
+		svc.CreationTimestamp.Unix() <= enabledAt.Unix()
 }

@@ -44,3 +44,31 @@ func TestSkipAsked(t *testing.T) {
 		}
 	}
 }
+
+func TestHadAddressBefore(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	svc := func(created time.Time, withAddress bool) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+		if withAddress {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.9"}}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		svc     *corev1.Service
+		enabled time.Time
+		want    bool
+	}{
+		{"older Service with an address", svc(t0.Add(-time.Hour), true), t0, true},
+		{"older Service without an address", svc(t0.Add(-time.Hour), false), t0, false},
+		{"newer Service that won an address in a race", svc(t0.Add(time.Second), true), t0, false},
+		{"created in the second auto-claim was enabled: the older one", svc(t0, true), t0.Add(300 * time.Millisecond), true},
+		{"no enabling time (the Service names its class)", svc(t0.Add(-time.Hour), true), time.Time{}, false},
+	} {
+		if got := HadAddressBefore(tc.svc, tc.enabled); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
