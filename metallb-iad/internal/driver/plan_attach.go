@@ -45,7 +45,11 @@ type attachView struct {
 	attachedHere []*ipamv1.IPAddress
 	// holds are the hold placeholders of the claim's addresses.
 	holds []*corev1.Service
-	now   time.Time
+	// pinned is the pin this driver wrote on the Service a moment ago and attached the
+	// addresses it recorded attachedTo on, while the cache does not show them yet.
+	pinned   string
+	attached map[string]bool
+	now      time.Time
 }
 
 // attachPlan is what the Service reconciler writes, in this crash-safe order: record attachedTo
@@ -148,14 +152,13 @@ func planAttach(v attachView) attachPlan {
 	}
 	p.clear = serviceReasons
 	for _, a := range v.addrs {
-		if at := a.Status.AttachedTo; at == nil || !attachedTo(at, svc) || at.UID != svc.UID {
+		if at := a.Status.AttachedTo; (at == nil || !attachedTo(at, svc) || at.UID != svc.UID) && !v.attached[a.Name] {
 			p.attach = append(p.attach, a)
 		}
 	}
 	p.deleteHolds = v.holds
-	if !sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" {
-		p.pin = want
-	} else if _, ok := svc.Annotations[AnnotationReleasing]; ok {
+	_, releasingLeft := svc.Annotations[AnnotationReleasing]
+	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft) && v.pinned != want {
 		p.pin = want
 	}
 	for _, a := range v.attachedHere {

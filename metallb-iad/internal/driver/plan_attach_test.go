@@ -67,6 +67,16 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"attached and pinned a moment ago, the cache behind: no second write", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.pinned = ip
+			v.attached = map[string]bool{v.addrs[0].Name: true}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || p.pin != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"attached and pinned: nothing to write", func() attachView {
 			s := pinned(tenantSvc(), ip)
 			return attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))

@@ -125,6 +125,15 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		return v, err
 	}
 	v.claim = claim
+	// This driver's own recent writes the cache may not show yet.
+	if pin, ok := d.expect.Pending(pinKey(string(svc.UID)), v.now); ok {
+		if svc.Annotations[AnnotationPinned] == "true" && svc.Annotations[metallb.AnnotationLoadBalancerIPs] == pin {
+			d.expect.Observed(pinKey(string(svc.UID)))
+		} else {
+			v.pinned = pin
+		}
+	}
+	v.attached = map[string]bool{}
 	v.servable = map[string]bool{}
 	v.elsewhere = map[string]bool{}
 	for _, ca := range claim.Status.Addresses {
@@ -137,6 +146,13 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 			continue
 		}
 		v.addrs = append(v.addrs, &a)
+		if uid, ok := d.expect.Pending(attachKey(a.Name), v.now); ok {
+			if at := a.Status.AttachedTo; at != nil && string(at.UID) == uid {
+				d.expect.Observed(attachKey(a.Name))
+			} else {
+				v.attached[a.Name] = uid == string(svc.UID)
+			}
+		}
 		var class ipamv1.IPAddressClass
 		if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
 			v.servable[a.Name] = class.Spec.Provisioner == Provisioner
@@ -177,6 +193,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err
 		}
+		d.expect.Expect(attachKey(a.Name), string(svc.UID), d.now())
 	}
 	// 2. Release the holds.
 	for _, s := range p.deleteHolds {
@@ -196,6 +213,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return err
 		}
+		d.expect.Expect(pinKey(string(svc.UID)), p.pin, d.now())
 	}
 	// 4. A re-link: the addresses of the claim the Service left are held again.
 	for _, a := range p.unattach {
@@ -228,6 +246,7 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 }
 
 func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error {
+	d.expect.Observed(attachKey(a.Name))
 	at := a.Status.AttachedTo
 	orig := a.DeepCopy()
 	a.Status.AttachedTo = nil
@@ -246,6 +265,7 @@ func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error
 // never clears an address MetalLB assigned afterwards; while recorded, the IPs are not a
 // Conflict.
 func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
+	d.expect.Observed(pinKey(string(svc.UID)))
 	releasing := svc.Annotations[AnnotationReleasing]
 	if svc.Annotations[AnnotationPinned] == "true" {
 		releasing = svc.Annotations[metallb.AnnotationLoadBalancerIPs]
