@@ -289,8 +289,8 @@ func settlingPlaceholder(v addressView) *corev1.Service {
 }
 
 // releasingHolder is a Service that still shows the IP in its ingress while it is on its way
-// out: this driver unpinned it (the releasing record names the IP), or re-pinned it to other
-// addresses (a re-link). Neither is a conflict.
+// out: this driver unpinned it (the releasing record names the IP), or pinned it (a re-link to
+// other addresses, or a view of it older than the address's). None is a conflict.
 func releasingHolder(v addressView) *corev1.Service {
 	for _, h := range v.holders {
 		if h.inIngress && releasing(h.svc, v.ip) {
@@ -300,11 +300,15 @@ func releasingHolder(v addressView) *corev1.Service {
 	return nil
 }
 
+// releasing: a Service this driver pinned (its marker, which tenants cannot write) or is
+// unpinning is never a wrongful holder. Its pin may already name other addresses (a re-link),
+// or this driver's cache may show the Service from before a write its address view already
+// includes (two informers, two lags): either way the Service reconciler is moving it.
 func releasing(s *corev1.Service, ip netip.Addr) bool {
 	if r, ok := s.Annotations[AnnotationReleasing]; ok && slices.Contains(parseIPList(r), ip) {
 		return true
 	}
-	return s.Annotations[AnnotationPinned] == "true" && !slices.Contains(PinIPs(s), ip)
+	return s.Annotations[AnnotationPinned] == "true"
 }
 
 // planConflict sets Conflict while a Service other than the attached one, the address's holds

@@ -303,6 +303,13 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
+		{"defect 5: a Service still pinned to the IP in a lagging view, not attached: no conflict, the hold waits", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holders = []holder{{svc: pinned(svc("t", "web", "web-uid", ip), ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if cond(p, ipamv1.ConditionConflict) != nil || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"released record: no conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
 			s := svc("t", "web", "web-uid", ip)
 			s.Annotations[AnnotationReleasing] = ip
