@@ -205,19 +205,31 @@ const (
 	claimTerminating                   // being deleted: the claim controller releases its addresses
 )
 
-// decideAddress derives an address's phase. Driver conditions win (Conflict, then Lost); then
-// the binding: no claimRef is Available, a live claim is Bound, a vanished claim is Released.
-// A Released address whose class sets releaseDelay becomes Available when the delay passes; the
-// timer is releasedAt, stored in the object, so it survives restarts.
+// decideAddress derives an address's phase: the driver's conditions (Conflict, then Lost) when
+// set, else the binding's (decideBinding). The binding's lifecycle runs either way: a vanished
+// claim's address is deleted or released, and a Released address whose class sets releaseDelay
+// is unbound when the delay passes; the timer is releasedAt, stored in the object, so it
+// survives restarts.
 func decideAddress(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Duration, now time.Time) addressDecision {
-	d := addressDecision{phase: a.Status.Phase, releasedAt: a.Status.ReleasedAt}
+	d := decideBinding(a, claim, releaseDelay, now)
+	// The driver's conditions decide the phase, not the binding: a Lost or conflicting address
+	// whose claim goes is still released (or deleted) beneath them.
 	switch {
+	case d.delete:
 	case meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict):
 		d.phase = ipamv1.AddressConflict
-		return d
 	case meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost):
 		d.phase = ipamv1.AddressLost
-		return d
+	}
+	return d
+}
+
+// decideBinding is the binding's part of decideAddress: no claimRef is Available, a live claim
+// is Bound, a vanished claim is Released (or the address deleted), and releaseDelay returns a
+// Released address to Available.
+func decideBinding(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Duration, now time.Time) addressDecision {
+	d := addressDecision{phase: a.Status.Phase, releasedAt: a.Status.ReleasedAt}
+	switch {
 	case a.Spec.ClaimRef == nil:
 		d.phase, d.releasedAt = ipamv1.AddressAvailable, nil
 		return d
@@ -225,7 +237,9 @@ func decideAddress(a *ipamv1.IPAddress, claim claimState, releaseDelay *time.Dur
 		d.phase, d.releasedAt = ipamv1.AddressBound, nil
 		return d
 	case claim == claimTerminating:
-		if d.phase == "" {
+		// The claim controller releases it; until then it stays Bound (also after a spell of a
+		// driver condition that has cleared).
+		if d.phase != ipamv1.AddressReleased {
 			d.phase = ipamv1.AddressBound
 		}
 		return d

@@ -152,6 +152,13 @@ func TestDecideAddress(t *testing.T) {
 		{"conflict wins", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil, ipamv1.ConditionConflict), claimLive, nil, ipamv1.AddressConflict, false, false, false, 0},
 		{"lost", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressBound, nil, ipamv1.ConditionLost), claimLive, nil, ipamv1.AddressLost, false, false, false, 0},
 		{"conflict over lost", mk(nil, ipamv1.ReclaimRetain, "", nil, ipamv1.ConditionLost, ipamv1.ConditionConflict), claimGone, nil, ipamv1.AddressConflict, false, false, false, 0},
+		// The driver's conditions decide the phase only; the binding's lifecycle goes on beneath
+		// them (found by the chaos test: a Lost address kept naming a deleted claim forever).
+		{"lost, claim gone, Retain: released beneath", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressLost, nil, ipamv1.ConditionLost), claimGone, nil, ipamv1.AddressLost, false, false, true, 0},
+		{"lost, claim gone, zero delay: unbound", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressLost, &releasedAt, ipamv1.ConditionLost), claimGone, ptr(time.Duration(0)), ipamv1.AddressLost, true, false, false, 0},
+		{"lost, claim gone, Delete", mk(ref, ipamv1.ReclaimDelete, ipamv1.AddressLost, nil, ipamv1.ConditionLost), claimGone, nil, ipamv1.AddressLost, false, true, false, 0},
+		{"conflict, claim gone, delay pending", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressConflict, &releasedAt, ipamv1.ConditionConflict), claimGone, &hour, ipamv1.AddressConflict, false, false, true, 30 * time.Minute},
+		{"claim terminating after a lost spell is Bound", mk(ref, ipamv1.ReclaimRetain, ipamv1.AddressLost, nil), claimTerminating, nil, ipamv1.AddressBound, false, false, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decideAddress(tc.a, tc.claim, tc.delay, t0)
