@@ -96,17 +96,17 @@ func planAddress(v addressView) addressPlan {
 	a := v.addr
 	ours := v.class != nil && v.class.Spec.Provisioner == Provisioner
 	if a.DeletionTimestamp != nil {
-		if !controllerutil.ContainsFinalizer(a, Finalizer) {
-			// Torn down already (or the finalizer was removed by hand): a hold left over, for
-			// instance one labelled while the address was going, ends too.
-			p.deleteHolds = v.holds
-			return p
-		}
 		if driverkit.TeardownMayStart(a) {
+			if !controllerutil.ContainsFinalizer(a, Finalizer) {
+				// Torn down already (or our finalizer was removed by hand): a hold left over,
+				// for instance one labelled while the address was going, ends too.
+				p.deleteHolds = v.holds
+				return p
+			}
 			return planTeardown(v)
 		}
-		// The core still protects the address (Bound to a live claim): nothing changes for the
-		// IP until it lets go.
+		// The core still protects the address (Bound to a live claim), even if our finalizer
+		// was removed by hand: nothing changes for the IP until the core lets go.
 	} else if ours && !controllerutil.ContainsFinalizer(a, Finalizer) {
 		// Addresses an admin created by hand are torn down the same way.
 		p.addFinalizer = true

@@ -207,9 +207,15 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"defect 2: deleted without our finalizer: leftover holds go", view(deleting(ipamv1.FinalizerAddress),
+		{"defect 2: deleted without our finalizer once the core let go: leftover holds go", view(deleting(),
 			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
 			if len(p.deleteHolds) != 1 || p.status != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"our finalizer removed by hand while the core protects it: keeps holding", view(deleting(ipamv1.FinalizerAddress),
+			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if len(p.deleteHolds) != 0 || p.removeFinalizer || p.unpin != nil {
 				t.Fatalf("%+v", p)
 			}
 		}},

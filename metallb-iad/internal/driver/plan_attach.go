@@ -131,7 +131,9 @@ func planAttach(v attachView) attachPlan {
 			wait()
 			return p // the cache has not shown the address yet
 		}
-		if !driverkit.BoundTo(a, claim) || !v.servable[a.Name] || a.DeletionTimestamp != nil {
+		// An address an admin deleted stays the claim's while the core protects it: it attaches
+		// as before; only one the core let go of is not servable.
+		if !driverkit.BoundTo(a, claim) || !v.servable[a.Name] || driverkit.TeardownMayStart(a) {
 			say(ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
 				claim.Status.Addresses[i].Name, claim.Name))
 			return p

@@ -67,6 +67,18 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"address deleted by an admin while the core protects it: attaches as before (found by the chaos test)", func() attachView {
+			a := testAddress(ip, Finalizer, ipamv1.FinalizerAddress)
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), a)
+			v.holds = []*corev1.Service{hold(a.Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 1 || len(p.deleteHolds) != 1 || p.pin != ip || p.detach || hasEvent(p, ReasonAddressNotServable) {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"attached and pinned a moment ago, the cache behind: no second write", func() attachView {
 			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
 			v.pinned = ip

@@ -85,7 +85,7 @@ func planProvision(v provisionView) provisionPlan {
 		// (a crash between creating the address and relabelling); any other goes, returning its
 		// address to the pool.
 		if ip, ok := servedIP(s, fam); ok {
-			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && a.DeletionTimestamp == nil {
+			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
 				switch v.holdOf[a.Name] {
 				case s.Name:
 					continue // it is that address's hold already; the cache is behind
@@ -131,9 +131,10 @@ func planProvision(v provisionView) provisionPlan {
 			p.settle = append(p.settle, settlement{svc: s, address: driverkit.PreBoundAddress(ip, v.class, claim, Finalizer)})
 		case v.holdOf[name] == s.Name:
 			// Relabelled as the address's hold a moment ago; the cache is behind.
-		case a.DeletionTimestamp != nil:
-			// The IP's address is going: never relabel a placeholder as its hold. The
-			// placeholder goes; the claim gets a fresh one.
+		case driverkit.TeardownMayStart(a):
+			// The IP's address is being torn down: never relabel a placeholder as its hold. The
+			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
+			// still protects is held as before.)
 			p.delete = append(p.delete, s)
 		case driverkit.BoundTo(a, claim) || v.holdOf[name] == "":
 			// Created by an earlier pass (relabel left undone), or another claim's address that
