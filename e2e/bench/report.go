@@ -33,6 +33,8 @@ type ReportConfig struct {
 	Concurrency  int      `json:"concurrency"`
 	Rate         float64  `json:"ratePerSecond"`
 	PhaseTimeout string   `json:"phaseTimeout"`
+	// ControllerArgs are the extra flags both controllers ran with.
+	ControllerArgs []string `json:"controllerArgs,omitempty"`
 }
 
 // Machine is where the run happened.
@@ -139,7 +141,7 @@ func newReport(cfg Config) *Report {
 		Commit:   commit(),
 		Machine:  func() Machine { m := machine(); m.LoadAvgStart = loadAvg(); return m }(),
 		Versions: versions(),
-		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
+		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate, ControllerArgs: cfg.ControllerArgs,
 			PhaseTimeout: cfg.PhaseTimeout.String()},
 	}
 }
@@ -229,6 +231,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemoryGiB, rep.Machine.LoadAvgStart, rep.Versions["go"],
 		rep.Versions["kubernetes"], rep.Versions["etcd"], rep.Versions["metallb"], orDash(rep.Commit))
 	p("Client: one client, %d concurrent creates, at most %.0f creates/s, in every step.", rep.Config.Concurrency, rep.Config.Rate)
+	if len(rep.Config.ControllerArgs) > 0 {
+		p("Controllers' extra flags: `%s`.", strings.Join(rep.Config.ControllerArgs, " "))
+	}
 	p("")
 	p("### Headline")
 	p("")

@@ -122,6 +122,7 @@ func runController(ctx context.Context, s *Sandbox, c Controller) error {
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probePort),
 	}, c.Args...)
+	args = append(args, s.controllerArgs...)
 	_, err = s.StartProcess(ctx, controlplane.ProcessSpec{
 		Name:  c.Name,
 		Path:  bin,

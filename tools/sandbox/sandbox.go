@@ -92,6 +92,8 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Examples also creates the example MetalLB pool and default class.
 	Examples bool
+	// ControllerArgs are extra flags for both controllers (after the sandbox's own).
+	ControllerArgs []string
 }
 
 // Sandbox is a running control plane with every add-on set up.
@@ -101,7 +103,8 @@ type Sandbox struct {
 	// Endpoints are the URLs add-ons serve on loopback ("address-controller/metrics", ...).
 	Endpoints map[string]string
 
-	examples bool
+	examples       bool
+	controllerArgs []string
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.
@@ -117,7 +120,7 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples}
+	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples, controllerArgs: opts.ControllerArgs}
 	for _, a := range Addons {
 		logf("setting up %s", a.Name)
 		if err := a.Start(ctx, s); err != nil {

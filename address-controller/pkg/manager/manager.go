@@ -38,6 +38,10 @@ type Options struct {
 	LeaderElect bool
 	// LeaderElectionNamespace is where the Lease lives (default: the pod's namespace).
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election: a leader that cannot
+	// renew its Lease within RenewDeadline (a stalled or overloaded apiserver) exits and is
+	// restarted; a replica waits up to LeaseDuration for a crashed leader's Lease to expire.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Workers is the number of concurrent reconciles per controller.
 	Workers int
 	// QPS and Burst limit the client towards the apiserver.
@@ -59,6 +63,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica acts at a time")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"how long a replica waits for a leader that stopped renewing before taking over")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"how long the leader keeps trying to renew its Lease before it gives up and exits (raise it where the apiserver stalls under load)")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election tries to acquire or renew the Lease")
 	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles per controller")
 	fs.Float64Var(&o.QPS, "kube-api-qps", 50, "sustained requests per second to the apiserver")
 	fs.IntVar(&o.Burst, "kube-api-burst", 100, "request burst to the apiserver")
@@ -72,6 +81,10 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, not %d", o.Workers))
+	}
+	if o.LeaderElect && !(o.RetryPeriod > 0 && o.RetryPeriod < o.RenewDeadline && o.RenewDeadline < o.LeaseDuration) {
+		errs = append(errs, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)",
+			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
 	}
 	if o.QPS <= 0 || o.Burst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive"))
@@ -126,6 +139,7 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 		byObject[obj] = opts
 	}
 	syncPeriod := o.SyncPeriod
+	lease, renew, retry := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	return ctrl.Options{
 		Scheme:                        s.Scheme,
 		Metrics:                       metrics,
@@ -134,6 +148,9 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 		LeaderElectionID:              s.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
 		Cache: cache.Options{
 			SyncPeriod: &syncPeriod,
 			// The controllers never read managedFields: dropping them halves the cache.

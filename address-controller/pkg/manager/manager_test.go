@@ -33,6 +33,29 @@ func TestDefaults(t *testing.T) {
 	if len(m.Cache.ByObject) != 1 || m.Cache.DefaultTransform == nil || *m.Cache.SyncPeriod != 10*time.Hour {
 		t.Fatalf("cache options %+v", m.Cache)
 	}
+	if *m.LeaseDuration != 15*time.Second || *m.RenewDeadline != 10*time.Second || *m.RetryPeriod != 2*time.Second {
+		t.Fatalf("leader election %s/%s/%s, want Kubernetes' 15s/10s/2s", *m.LeaseDuration, *m.RenewDeadline, *m.RetryPeriod)
+	}
+}
+
+func TestLeaderElectionTimings(t *testing.T) {
+	m := parse(t, "--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=5s").ManagerOptions(Spec{})
+	if *m.LeaseDuration != time.Minute || *m.RenewDeadline != 40*time.Second || *m.RetryPeriod != 5*time.Second {
+		t.Fatalf("leader election %s/%s/%s", *m.LeaseDuration, *m.RenewDeadline, *m.RetryPeriod)
+	}
+	for _, args := range [][]string{
+		{"--leader-elect-renew-deadline=20s"},                                      // renew >= lease
+		{"--leader-elect-retry-period=10s"},                                        // retry >= renew
+		{"--leader-elect-retry-period=0s"},                                         // no retry
+		{"--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=60s"}, // renew == lease
+	} {
+		if err := parse(t, args...).Validate(); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	if err := parse(t, "--leader-elect=false", "--leader-elect-retry-period=0s").Validate(); err != nil {
+		t.Errorf("timings checked without leader election: %v", err)
+	}
 }
 
 func TestMetricsSecure(t *testing.T) {

@@ -30,6 +30,7 @@ func main() {
 		rate        = flag.Float64("rate", 100, "creates per second at most, the same in every step (0: unlimited)")
 		timeout     = flag.Duration("phase-timeout", 0, "give up on a step after this long (default 2m + 0.5s per object)")
 		progress    = flag.Duration("progress", 5*time.Second, "interval of progress lines")
+		ctlArgs     = flag.String("controller-args", strings.Join(bench.DefaultControllerArgs, " "), "extra flags for both controllers, separated by spaces")
 		dir         = flag.String("dir", "", "keep the control plane's state (logs, audit log) in this directory (default: a temporary one, removed)")
 	)
 	flag.Parse()
@@ -38,7 +39,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout,
-		Progress: *progress, Dir: *dir, Log: os.Stderr}
+		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs)}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Phases = append(cfg.Phases, p)
