@@ -190,4 +190,24 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 	if len(lm.Manifests) != 3 || lm.Manifests[0].Digest != d1 || lm.Manifests[1].ArtifactType != SBOMArtifactType {
 		t.Fatalf("layout holds %+v, want %s and two SBOMs", lm.Manifests, d1)
 	}
+
+	// Writing the same build into the same layout again (make images twice) lists it once;
+	// another ref is added beside it.
+	if err := WriteLayout(dir, "test", first); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteLayout(dir, "other", first); err != nil {
+		t.Fatal(err)
+	}
+	if ii, err = p.ImageIndex(); err != nil {
+		t.Fatal(err)
+	}
+	lm, _ = ii.IndexManifest()
+	refs := map[string]int{}
+	for _, m := range lm.Manifests {
+		refs[m.Annotations["org.opencontainers.image.ref.name"]]++
+	}
+	if len(lm.Manifests) != 4 || refs["test"] != 1 || refs["other"] != 1 || refs[""] != 2 {
+		t.Fatalf("after writing test twice and other once the layout holds %+v, want test, other and two SBOMs", lm.Manifests)
+	}
 }

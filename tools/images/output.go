@@ -9,12 +9,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/match"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // WriteLayout writes the index into an OCI image layout directory (created when missing),
 // tagged with ref in the layout's org.opencontainers.image.ref.name annotation, and its SBOM
-// referrers beside it (each naming its image as subject, as in a registry).
+// referrers beside it (each naming its image as subject, as in a registry). Writing again
+// replaces the entry of the same ref and the same SBOMs instead of adding copies, so a layout
+// built twice lists each image once.
 func WriteLayout(dir, ref string, b *Built) error {
 	p, err := layout.FromPath(dir)
 	if err != nil {
@@ -25,11 +28,16 @@ func WriteLayout(dir, ref string, b *Built) error {
 			return err
 		}
 	}
-	if err := p.AppendIndex(b.Index, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})); err != nil {
+	const refName = "org.opencontainers.image.ref.name"
+	if err := p.ReplaceIndex(b.Index, match.Annotation(refName, ref), layout.WithAnnotations(map[string]string{refName: ref})); err != nil {
 		return err
 	}
 	for _, s := range b.SBOMs {
-		if err := p.AppendImage(s); err != nil {
+		d, err := s.Digest()
+		if err != nil {
+			return err
+		}
+		if err := p.ReplaceImage(s, match.Digests(d)); err != nil {
 			return err
 		}
 	}
