@@ -48,6 +48,9 @@ func TestChartDefaultsForOperators(t *testing.T) {
 			if dig(objs["ClusterRole/"+name+"-metrics-reader"], "rules", 0, "nonResourceURLs", 0) != "/metrics" {
 				t.Error("no metrics-reader role for scrapers")
 			}
+			if objs["ClusterRoleBinding/"+name+"-metrics-reader"] != nil {
+				t.Error("the metrics-reader role is bound to someone by default")
+			}
 			for _, k := range []string{"ServiceMonitor/" + name, "VMServiceScrape/" + name, "PrometheusRule/" + name, "ConfigMap/" + name + "-dashboard", "PodDisruptionBudget/" + name} {
 				if objs[k] != nil {
 					t.Errorf("%s is rendered by default", k)
@@ -74,6 +77,7 @@ func TestChartOperatorValues(t *testing.T) {
 				"nodeSelector":        map[string]any{"node-role.kubernetes.io/control-plane": ""},
 				"tolerations":         []any{map[string]any{"operator": "Exists"}},
 				"metrics": map[string]any{
+					"readers":         []any{map[string]any{"namespace": "cozy-monitoring", "name": "vmagent"}},
 					"serviceMonitor":  map[string]any{"enabled": true, "interval": "30s", "labels": map[string]any{"release": "prom"}},
 					"vmServiceScrape": map[string]any{"enabled": true},
 					"prometheusRule":  map[string]any{"enabled": true, "severity": "critical"},
@@ -120,6 +124,11 @@ func TestChartOperatorValues(t *testing.T) {
 			rules := toYAML(t, dig(rule, "spec", "groups"))
 			if !strings.Contains(rules, `namespace="cozy-`+name+`"`) || !strings.Contains(rules, "severity: critical") || !strings.Contains(rules, "{{ $labels.") {
 				t.Errorf("PrometheusRule groups:\n%s", rules)
+			}
+			reader := objs["ClusterRoleBinding/"+name+"-metrics-reader"]
+			if dig(reader, "roleRef", "name") != name+"-metrics-reader" || dig(reader, "subjects", 0, "namespace") != "cozy-monitoring" ||
+				dig(reader, "subjects", 0, "name") != "vmagent" || dig(reader, "subjects", 0, "kind") != "ServiceAccount" {
+				t.Errorf("metrics.readers binding: %v", reader)
 			}
 			cm := objs["ConfigMap/"+name+"-dashboard"]
 			if dig(cm, "metadata", "labels", "grafana_dashboard") != "1" {
