@@ -8,11 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -20,6 +22,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
 // AddressReconciler derives each address's phase, protects bound addresses from deletion, and
@@ -47,7 +50,7 @@ func (r *AddressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipamv1.IPAddress{}).
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.addressesOfClaim)).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.releasedOfClass)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }
 
@@ -107,8 +110,23 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		r.announcer().Forget(req.NamespacedName)
 		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress)
 	}
-	if err := ensureFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress); err != nil {
-		return reconcile.Result{}, err
+	// The protection finalizer, and the auto-claim mark while the claim is live (what the
+	// release decides from if the claim vanishes unseen): one patch.
+	mark := markedAutoClaim(&a)
+	if state == claimLive {
+		mark = wantAutoClaimMark(claim)
+	}
+	if !controllerutil.ContainsFinalizer(&a, ipamv1.FinalizerAddress) || mark != markedAutoClaim(&a) {
+		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&a, ipamv1.FinalizerAddress)
+		if mark {
+			metav1.SetMetaDataAnnotation(&a.ObjectMeta, ipamv1.AnnotationAutoClaim, "true")
+		} else {
+			delete(a.Annotations, ipamv1.AnnotationAutoClaim)
+		}
+		if err := r.Client.Patch(ctx, &a, patch); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 
 	var delay *time.Duration

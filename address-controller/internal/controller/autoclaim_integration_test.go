@@ -267,6 +267,42 @@ func TestMultipleAutoClaimClassesIsSaidOnce(t *testing.T) {
 		}
 		return true, nil
 	})
+
+	// Resolved (one class unmarked), then back: the recurrence is said again.
+	setMark := func(value string) {
+		c := &ipamv1.IPAddressClass{}
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(b), c); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Annotations[ipamv1.AnnotationAutoClaimClass] = value
+		if err := admin.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch := func(i int) {
+		s := &corev1.Service{}
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(svc), s); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(s.DeepCopy())
+		s.Labels = map[string]string{"touch": fmt.Sprint(i)}
+		if err := admin.Patch(context.Background(), s, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMark("false")
+	for i := range 2 {
+		n := reconciles(t, "autoclaim")
+		touch(i)
+		eventually(t, "a pass over the Service with one auto-claim class", func() (bool, error) {
+			return reconciles(t, "autoclaim") > n, nil
+		})
+	}
+	setMark("true")
+	eventually(t, "MultipleAutoClaimClasses to be said again when it recurs", func() (bool, error) {
+		return timesSaidFor(t, ns, "twin", "MultipleAutoClaimClasses") == 2, nil
+	})
 }
 
 // Updating an auto-claim class in ways that do not turn auto-claim on costs no pass over the
