@@ -11,7 +11,8 @@ import (
 // claim is gone whatever the reclaim policy, as it deletes every address of an auto-claim: the
 // mark is what it decides from when the driver's address arrives after the claim has gone.
 func MarkAutoClaim(a *ipamv1.IPAddress, claim *ipamv1.IPAddressClaim) *ipamv1.IPAddress {
-	if claim.Annotations[ipamv1.AnnotationAutoClaim] == "true" && metav1.GetControllerOf(claim) != nil {
+	if ref := metav1.GetControllerOf(claim); ref != nil && ref.Kind == "Service" && ref.APIVersion == "v1" &&
+		claim.Annotations[ipamv1.AnnotationAutoClaim] == "true" {
 		metav1.SetMetaDataAnnotation(&a.ObjectMeta, ipamv1.AnnotationAutoClaim, "true")
 	}
 	return a
