@@ -13,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
@@ -134,6 +136,18 @@ func TestAutoClaimRecreatedServiceGetsItsOwnClaim(t *testing.T) {
 	var oldClaim ipamv1.IPAddressClaim
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &oldClaim); err != nil {
 		t.Fatal(err)
+	}
+	// The new Service does not take the old claim for its own (the owner uids differ): it
+	// looks again on a schedule until the old claim goes, also if the claim's deletion event
+	// were lost. (Removing the owner-uid comparison fails here; the end of the test alone would
+	// pass, woken by the deletion event.)
+	staged := &AutoClaimReconciler{Client: frozenClient(t), Reader: liveClient(t), Recorder: events.NewFakeRecorder(100)}
+	res, err := staged.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(again)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("the new Service looks again after %s while the old Service's claim exists, want within a minute", res.RequeueAfter)
 	}
 	del(t, &oldClaim)
 	eventually(t, "a claim owned by the new Service", func() (bool, error) {
