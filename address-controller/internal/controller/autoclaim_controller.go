@@ -215,8 +215,7 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		}
 		return reconcile.Result{}, err
 	}
-	r.Recorder.Eventf(&svc, claim, corev1.EventTypeNormal, "AutoClaimCreated", "AutoClaim",
-		"created IPAddressClaim %s of class %s (%s); it is deleted with the Service, with its addresses", claim.Name, className, claim.Spec.Family)
+	// No event: the claim, owned by the Service, says it (DESIGN §5a's write budget).
 	return reconcile.Result{}, nil
 }
 
