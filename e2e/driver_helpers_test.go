@@ -276,25 +276,34 @@ func patchAnnotations(ctx context.Context, t *testing.T, c client.Client, obj cl
 	}
 }
 
-// checkInvariants verifies the driver's promises over the whole cluster: every address of a
-// MetalLB class is either attached to exactly the one Service serving it, or held by exactly
-// one placeholder; no IP is served by two Services.
-func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
+// invariantScope is what checkInvariants looks at: the running test's classes, and the
+// namespaces where Services of the test live (the driver's namespace, where the placeholders
+// are, is always included).
+type invariantScope struct {
+	Classes    []string
+	Namespaces []string
+}
+
+// checkInvariants verifies the driver's promises over the running test's objects: every address
+// of the scope's classes is either attached to exactly the one Service serving it, or held by
+// exactly one placeholder; no IP is served by two of the Services in scope. It lists Services
+// only in the scope's namespaces and the driver's, never the whole cluster.
+func checkInvariants(ctx context.Context, t *testing.T, c client.Client, scope invariantScope) {
 	t.Helper()
+	if len(scope.Classes) == 0 {
+		t.Fatal("checkInvariants needs the test's classes")
+	}
 	eventually(ctx, t, 90*time.Second, "every reserved address held once and no IP served twice", func(ctx context.Context) (bool, error) {
-		var all corev1.ServiceList
-		if err := c.List(ctx, &all); err != nil {
-			return false, err
-		}
 		served := map[string][]corev1.Service{}
-		for _, s := range all.Items {
-			for _, ip := range ingressOf(&s) {
-				served[ip] = append(served[ip], s)
+		for _, ns := range append([]string{driverNamespace}, scope.Namespaces...) {
+			var list corev1.ServiceList
+			if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				return false, err
 			}
-		}
-		for ip, svcs := range served {
-			if len(svcs) > 1 {
-				return false, fmt.Errorf("%s is served by %d Services", ip, len(svcs))
+			for _, s := range list.Items {
+				for _, ip := range ingressOf(&s) {
+					served[ip] = append(served[ip], s)
+				}
 			}
 		}
 		var addrs ipamv1.IPAddressList
@@ -302,7 +311,7 @@ func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
 			return false, err
 		}
 		for _, a := range addrs.Items {
-			if a.DeletionTimestamp != nil || !strings.HasPrefix(a.Spec.ClassName, "e2e-") {
+			if a.DeletionTimestamp != nil || !slices.Contains(scope.Classes, a.Spec.ClassName) {
 				continue
 			}
 			svcs := served[a.Spec.Address]
@@ -317,6 +326,11 @@ func checkInvariants(ctx context.Context, t *testing.T, c client.Client) {
 				}
 			case s.Namespace != driverNamespace:
 				return false, fmt.Errorf("%s is not attached but served by %s/%s", a.Name, s.Namespace, s.Name)
+			}
+		}
+		for ip, svcs := range served {
+			if len(svcs) > 1 {
+				return false, fmt.Errorf("%s is served by %d Services", ip, len(svcs))
 			}
 		}
 		return true, nil

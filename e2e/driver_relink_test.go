@@ -65,7 +65,7 @@ func TestDriverRelinkWithoutConflict(t *testing.T) {
 			watchNoConflict(5 * time.Second)
 			waitHeld(ctx, t, c, nameB, ipB)
 			noDriverWarnings(ctx, t, c, ns, "web")
-			checkInvariants(ctx, t, c)
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-relink"}, Namespaces: []string{ns}})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

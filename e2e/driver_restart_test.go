@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -52,7 +53,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				for _, n := range names {
 					bound[n] = claimIPs(waitClaimBound(ctx, t, c, ns, n))
 				}
-				checkInvariants(ctx, t, c)
+				checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-restart"}, Namespaces: []string{ns}})
 
 				// Attach.
 				for i, n := range names {
@@ -65,7 +66,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				for _, n := range names {
 					waitIngress(ctx, t, c, ns, n, bound[n])
 				}
-				checkInvariants(ctx, t, c)
+				checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-restart"}, Namespaces: []string{ns}})
 
 				// Detach.
 				for _, n := range names {
@@ -77,7 +78,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				for _, n := range names {
 					waitIngress(ctx, t, c, ns, n, nil)
 				}
-				checkInvariants(ctx, t, c)
+				checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-restart"}, Namespaces: []string{ns}})
 				for _, n := range names {
 					if got := claimIPs(waitClaimBound(ctx, t, c, ns, n)); !slices.Equal(got, bound[n]) {
 						t.Fatalf("claim %s moved from %v to %v", n, bound[n], got)
@@ -118,20 +119,36 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				}
 				return time.Since(quiet) > 5*time.Second, nil
 			})
-			var addrs ipamv1.IPAddressList
-			if err := c.List(ctx, &addrs); err != nil {
-				t.Fatal(err)
+			// What each of the restarted driver's controllers must look at: every object of its
+			// kind (metadata only).
+			want := map[string]int{}
+			for ctrl, kind := range map[string]schema.GroupVersionKind{
+				"metallb-iad-address": ipamv1.GroupVersion.WithKind("IPAddressList"),
+				"metallb-iad-claim":   ipamv1.GroupVersion.WithKind("IPAddressClaimList"),
+				"metallb-iad-class":   ipamv1.GroupVersion.WithKind("IPAddressClassList"),
+				"metallb-iad-service": corev1.SchemeGroupVersion.WithKind("ServiceList"),
+			} {
+				var l metav1.PartialObjectMetadataList
+				l.SetGroupVersionKind(kind)
+				if err := c.List(ctx, &l); err != nil {
+					t.Fatal(err)
+				}
+				want[ctrl] = len(l.Items)
 			}
 			since := time.Now()
 			restart(ctx, t, "metallb-iad")
-			// The restarted driver ran: its controllers reconciled at least one object per address.
-			eventually(ctx, t, 60*time.Second, "the restarted driver to reconcile every address", func(ctx context.Context) (bool, error) {
+			// The restarted driver ran: each of its controllers reconciled every object of its kind.
+			eventually(ctx, t, 60*time.Second, fmt.Sprintf("the restarted driver to reconcile every object %v", want), func(ctx context.Context) (bool, error) {
 				got, err := reconcileTotals(ctx, local.Endpoints["metallb-iad/metrics"])
-				total := 0
-				for _, n := range got {
-					total += n
+				if err != nil {
+					return false, err
 				}
-				return total >= len(addrs.Items), err
+				for ctrl, n := range want {
+					if got[ctrl] < n {
+						return false, fmt.Errorf("%s reconciled %d of %d", ctrl, got[ctrl], n)
+					}
+				}
+				return true, nil
 			})
 			consistently(ctx, t, 3*time.Second, "the restarted driver to write nothing", func(ctx context.Context) (bool, error) {
 				w, err := driverWrites(since)
@@ -248,7 +265,7 @@ func TestDriverAdoptsAnAdminPin(t *testing.T) {
 			if meta.IsStatusConditionTrue(addr.Status.Conditions, ipamv1.ConditionConflict) {
 				t.Fatal("adoption raised a Conflict")
 			}
-			checkInvariants(ctx, t, c)
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-adopt"}, Namespaces: []string{ns}})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -49,7 +49,7 @@ func TestDriverWalkThrough(t *testing.T) {
 			if svc.Annotations[pinnedMarker] != "true" {
 				t.Fatalf("the Service lacks the pinned marker: %v", svc.Annotations)
 			}
-			checkInvariants(ctx, t, c)
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"public"}, Namespaces: []string{"tenant-example"}})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
@@ -166,7 +166,7 @@ func TestDriverDualDetachReattach(t *testing.T) {
 			if got := claimIPs(waitClaimBound(ctx, t, c, ns, "dual")); !slices.Equal(got, ips) {
 				t.Fatalf("after moving, the claim has %v, want %v", got, ips)
 			}
-			checkInvariants(ctx, t, c)
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-dual"}, Namespaces: []string{ns}})
 
 			// Deleting the Service returns the addresses to a hold.
 			if err := c.Delete(ctx, second); err != nil {

@@ -221,7 +221,7 @@ func TestClearFinalizersByHand(t *testing.T) {
 			// Back to a working system for the tests that follow: the controllers restore their
 			// finalizers and holds on everything else.
 			start()
-			checkInvariants(ctx, t, c)
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{class}, Namespaces: []string{ns}})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -6,6 +6,10 @@ const (
 	AnnotationDefaultClass = "ipaddressclass.local.sdn.cozystack.io/is-default-class"
 	// AnnotationAutoClaimClass marks the class auto-claim uses for LoadBalancer Services.
 	AnnotationAutoClaimClass = "ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class"
+	// AnnotationAutoClaimEnabledAt is written by the core on a class carrying the auto-claim
+	// mark: when the mark took effect (RFC 3339). A Service with an address created no later
+	// keeps its address; the core removes it with the mark.
+	AnnotationAutoClaimEnabledAt = "ipaddressclass.local.sdn.cozystack.io/auto-claim-enabled-at"
 
 	// AnnotationProvisioner is written by the core on a claim that no existing address can
 	// satisfy: the named driver must provision addresses for it.

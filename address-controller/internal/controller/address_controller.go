@@ -2,17 +2,19 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -20,6 +22,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
 // AddressReconciler derives each address's phase, protects bound addresses from deletion, and
@@ -47,7 +50,7 @@ func (r *AddressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipamv1.IPAddress{}).
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.addressesOfClaim)).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.releasedOfClass)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }
 
@@ -83,6 +86,12 @@ func (r *AddressReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	return quietConflict(r.reconcile(ctx, req))
 }
 
+// errDecideLive stops a pass decided from the cache at its first write: the pass is made again
+// on the apiserver's view of the address (DESIGN §5a), so that a pass woken by this
+// controller's own write, before the cache shows it, neither writes twice nor fails a
+// resourceVersion precondition.
+var errDecideLive = errors.New("a write is due: decide again on the apiserver's view")
+
 func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var a ipamv1.IPAddress
 	if err := r.Client.Get(ctx, req.NamespacedName, &a); err != nil {
@@ -91,24 +100,63 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	claim, state, err := r.claimOf(ctx, &a)
+	res, err := r.pass(ctx, &a, false)
+	if !errors.Is(err, errDecideLive) {
+		return res, err
+	}
+	var live ipamv1.IPAddress
+	if err := r.Reader.Get(ctx, req.NamespacedName, &live); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.announcer().Forget(req.NamespacedName)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	return r.pass(ctx, &live, true)
+}
+
+// pass decides and writes for one address; live says a comes from the apiserver. A pass on a
+// cached address returns errDecideLive instead of its first write.
+func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live bool) (reconcile.Result, error) {
+	stale := func() bool { return !live }
+	claim, state, err := r.claimOf(ctx, a)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 
 	if a.DeletionTimestamp != nil {
 		if state == claimLive {
-			r.announcer().Say(&a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
+			r.announcer().Say(a, claim, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
 				fmt.Sprintf("IPAddress %s is bound to claim %s/%s and is deleted once that claim is; delete the claim first",
 					a.Name, claim.Namespace, claim.Name))
 			// The claim's deletion brings the next pass; a missed event only delays it.
 			return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(a.DeletionTimestamp.Time))}, nil
 		}
-		r.announcer().Forget(req.NamespacedName)
-		return reconcile.Result{}, removeFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress)
+		if stale() && controllerutil.ContainsFinalizer(a, ipamv1.FinalizerAddress) {
+			return reconcile.Result{}, errDecideLive
+		}
+		r.announcer().Forget(client.ObjectKeyFromObject(a))
+		return reconcile.Result{}, removeFinalizer(ctx, r.Client, a, ipamv1.FinalizerAddress)
 	}
-	if err := ensureFinalizer(ctx, r.Client, &a, ipamv1.FinalizerAddress); err != nil {
-		return reconcile.Result{}, err
+	// The protection finalizer, and the auto-claim mark while the claim is live (what the
+	// release decides from if the claim vanishes unseen): one patch.
+	mark := markedAutoClaim(a)
+	if state == claimLive {
+		mark = wantAutoClaimMark(claim)
+	}
+	if !controllerutil.ContainsFinalizer(a, ipamv1.FinalizerAddress) || mark != markedAutoClaim(a) {
+		if stale() {
+			return reconcile.Result{}, errDecideLive
+		}
+		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(a, ipamv1.FinalizerAddress)
+		if mark {
+			metav1.SetMetaDataAnnotation(&a.ObjectMeta, ipamv1.AnnotationAutoClaim, "true")
+		} else {
+			delete(a.Annotations, ipamv1.AnnotationAutoClaim)
+		}
+		if err := r.Client.Patch(ctx, a, patch); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 
 	var delay *time.Duration
@@ -121,12 +169,15 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, err
 	}
 
-	d := decideAddress(&a, state, delay, r.now())
+	d := decideAddress(a, state, delay, r.now())
+	if (d.delete || d.clearClaimRef || d.phase != a.Status.Phase || !timesEqual(d.releasedAt, a.Status.ReleasedAt)) && stale() {
+		return reconcile.Result{}, errDecideLive
+	}
 	if d.delete {
-		if err := r.Client.Delete(ctx, &a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Delete(ctx, a, client.Preconditions{UID: &a.UID}); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
-		r.Recorder.Eventf(&a, nil, corev1.EventTypeNormal, "AddressDeleted", "Release",
+		r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "AddressDeleted", "Release",
 			"claim %s/%s is gone and the reclaim policy is Delete", a.Spec.ClaimRef.Namespace, a.Spec.ClaimRef.Name)
 		return reconcile.Result{}, nil
 	}
@@ -134,10 +185,10 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		prev := *a.Spec.ClaimRef
 		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		a.Spec.ClaimRef = nil
-		if err := r.Client.Patch(ctx, &a, patch); err != nil {
+		if err := r.Client.Patch(ctx, a, patch); err != nil {
 			return reconcile.Result{}, ignoreConflict(err)
 		}
-		r.Recorder.Eventf(&a, nil, corev1.EventTypeNormal, "ReleaseDelayPassed", "Release",
+		r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "ReleaseDelayPassed", "Release",
 			"released from claim %s/%s for longer than the class's releaseDelay (%s); now Available",
 			prev.Namespace, prev.Name, delay.String())
 	}
@@ -147,10 +198,10 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 		// phase over a newer one; it retries on the newer address.
 		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
-		if err := r.Client.Status().Patch(ctx, &a, patch); err != nil {
+		if err := r.Client.Status().Patch(ctx, a, patch); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
-		r.phaseEvent(&a, before)
+		r.phaseEvent(a, before)
 	}
 	if state == claimTerminating && d.requeueAfter == 0 {
 		// The claim's release (then its disappearance) brings the next pass; a missed event

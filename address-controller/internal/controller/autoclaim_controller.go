@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,6 +24,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
 // indexServiceWaiting keys a LoadBalancer Service that auto-claim could serve (no rule of what
@@ -34,7 +34,9 @@ const indexServiceWaiting = "ipam.serviceWaitingForAutoClaim"
 // AutoClaimReconciler creates a claim for a LoadBalancer Service that names none, when an admin
 // opted in: a class marked is-auto-claim-class, or the Service's ip-address-class annotation.
 type AutoClaimReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads uncached: whether the claim exists, before creating it.
+	Reader   client.Reader
 	Recorder events.EventRecorder
 	Workers  int
 	Now      func() time.Time
@@ -43,11 +45,6 @@ type AutoClaimReconciler struct {
 	// once per Service, and forgets them with it.
 	announce *driverkit.Announcer
 	once     sync.Once
-
-	// started is when this process began watching classes; markedAt holds, per class, when
-	// this process saw the auto-claim mark appear (see enabledAt).
-	started  time.Time
-	markedAt sync.Map
 }
 
 func (r *AutoClaimReconciler) announcer() *driverkit.Announcer {
@@ -56,7 +53,6 @@ func (r *AutoClaimReconciler) announcer() *driverkit.Announcer {
 }
 
 func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	r.started = r.now()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, indexServiceWaiting, func(o client.Object) []string {
 		if autoClaimSkipAsked(o.(*corev1.Service)) != "" {
 			return nil
@@ -74,7 +70,7 @@ func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		// Turning auto-claim on concerns the Services that could use it; other class updates
 		// do not.
 		Watches(&ipamv1.IPAddressClass{}, r.classMarked(), builder.WithPredicates(autoClaimTurnedOn())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }
 
@@ -103,20 +99,23 @@ func ownersEqual(a, b []metav1.OwnerReference) bool {
 	return true
 }
 
-// autoClaimTurnedOn passes a class created with the auto-claim mark and an update that adds
-// the mark.
+// autoClaimTurnedOn passes a class created with the auto-claim mark, an update that adds the
+// mark, and the core's stamp of when it took effect.
 func autoClaimTurnedOn() predicate.Predicate {
 	marked := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimClass] == "true" }
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return marked(e.Object) },
-		UpdateFunc:  func(e event.UpdateEvent) bool { return !marked(e.ObjectOld) && marked(e.ObjectNew) },
+		CreateFunc: func(e event.CreateEvent) bool { return marked(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			stamped := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimEnabledAt] != "" }
+			return marked(e.ObjectNew) && (!marked(e.ObjectOld) || !stamped(e.ObjectOld) && stamped(e.ObjectNew))
+		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
 
-// classMarked records when a class got the auto-claim mark and enqueues the Services that
-// could use it.
+// classMarked enqueues the Services that could use a class that got the auto-claim mark, or
+// the core's stamp of when the mark took effect.
 func (r *AutoClaimReconciler) classMarked() handler.EventHandler {
 	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range r.waitingServices(ctx, nil) {
@@ -128,24 +127,9 @@ func (r *AutoClaimReconciler) classMarked() handler.EventHandler {
 			enqueue(ctx, q)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.markedAt.Store(e.ObjectNew.GetName(), r.now())
 			enqueue(ctx, q)
 		},
 	}
-}
-
-// enabledAt is when auto-claim began to apply through class: the moment this process saw the
-// mark appear, or, for a class marked before this process started, the class's creation or
-// this process's start, whichever is later. A Service with an address created before then
-// keeps its address (see autoClaimSkip).
-func (r *AutoClaimReconciler) enabledAt(class *ipamv1.IPAddressClass) time.Time {
-	if t, ok := r.markedAt.Load(class.Name); ok {
-		return t.(time.Time)
-	}
-	if class.CreationTimestamp.Time.After(r.started) {
-		return class.CreationTimestamp.Time
-	}
-	return r.started
 }
 
 // waitingServices maps a newly marked auto-claim class to the Services that auto-claim could
@@ -191,10 +175,22 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	}
 	var enabled time.Time
 	if class != nil {
-		enabled = r.enabledAt(class)
+		var ok bool
+		if enabled, ok = autoClaimEnabledAt(class); !ok {
+			// The class controller has yet to stamp when auto-claim took effect: its write
+			// brings the next pass (autoClaimTurnedOn); until then, look again now and then.
+			return reconcile.Result{RequeueAfter: minRecheck}, nil
+		}
 	}
 	if autoClaimSkip(&svc, enabled) != "" {
 		return reconcile.Result{}, nil
+	}
+	// The cache may not show yet a claim an earlier pass created: ask the apiserver before
+	// creating one (DESIGN §5a: never create twice what one write already made).
+	if err := r.Reader.Get(ctx, req.NamespacedName, &existing); err == nil {
+		return r.existingClaim(&svc, &existing), nil
+	} else if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
 	}
 	yes := true
 	claim := &ipamv1.IPAddressClaim{
@@ -210,14 +206,16 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	}
 	if err := r.Client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			// Made a moment ago (by an earlier pass the cache does not show yet), or by someone
-			// else: look again once the cache has it.
-			return reconcile.Result{RequeueAfter: minRecheck}, nil
+			// Made since the read above (by another replica, or by someone else): decide again
+			// on what the apiserver has.
+			if err := r.Reader.Get(ctx, req.NamespacedName, &existing); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
+			}
+			return r.existingClaim(&svc, &existing), nil
 		}
 		return reconcile.Result{}, err
 	}
-	r.Recorder.Eventf(&svc, claim, corev1.EventTypeNormal, "AutoClaimCreated", "AutoClaim",
-		"created IPAddressClaim %s of class %s (%s); it is deleted with the Service, with its addresses", claim.Name, className, claim.Spec.Family)
+	// No event: the claim, owned by the Service, says it (DESIGN §5a's write budget).
 	return reconcile.Result{}, nil
 }
 
@@ -262,7 +260,10 @@ func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service)
 	if chosen == nil {
 		return "", nil, nil
 	}
-	if len(others) > 0 {
+	if len(others) == 0 {
+		// Resolved: a later recurrence is said again.
+		r.announcer().Clear(svc, "MultipleAutoClaimClasses")
+	} else {
 		r.announcer().Say(svc, nil, corev1.EventTypeWarning, "MultipleAutoClaimClasses", "AutoClaim",
 			fmt.Sprintf("several classes are marked for auto-claim (%s, %s); using %s, the newest. Unmark all but one.",
 				chosen.Name, strings.Join(others, ", "), chosen.Name))

@@ -13,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
@@ -134,6 +136,18 @@ func TestAutoClaimRecreatedServiceGetsItsOwnClaim(t *testing.T) {
 	var oldClaim ipamv1.IPAddressClaim
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &oldClaim); err != nil {
 		t.Fatal(err)
+	}
+	// The new Service does not take the old claim for its own (the owner uids differ): it
+	// looks again on a schedule until the old claim goes, also if the claim's deletion event
+	// were lost. (Removing the owner-uid comparison fails here; the end of the test alone would
+	// pass, woken by the deletion event.)
+	staged := &AutoClaimReconciler{Client: frozenClient(t), Reader: liveClient(t), Recorder: events.NewFakeRecorder(100)}
+	res, err := staged.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(again)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("the new Service looks again after %s while the old Service's claim exists, want within a minute", res.RequeueAfter)
 	}
 	del(t, &oldClaim)
 	eventually(t, "a claim owned by the new Service", func() (bool, error) {
@@ -266,6 +280,42 @@ func TestMultipleAutoClaimClassesIsSaidOnce(t *testing.T) {
 			return false, fmt.Errorf("said %d times", n)
 		}
 		return true, nil
+	})
+
+	// Resolved (one class unmarked), then back: the recurrence is said again.
+	setMark := func(value string) {
+		c := &ipamv1.IPAddressClass{}
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(b), c); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Annotations[ipamv1.AnnotationAutoClaimClass] = value
+		if err := admin.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch := func(i int) {
+		s := &corev1.Service{}
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(svc), s); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(s.DeepCopy())
+		s.Labels = map[string]string{"touch": fmt.Sprint(i)}
+		if err := admin.Patch(context.Background(), s, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMark("false")
+	for i := range 2 {
+		n := reconciles(t, "autoclaim")
+		touch(i)
+		eventually(t, "a pass over the Service with one auto-claim class", func() (bool, error) {
+			return reconciles(t, "autoclaim") > n, nil
+		})
+	}
+	setMark("true")
+	eventually(t, "MultipleAutoClaimClasses to be said again when it recurs", func() (bool, error) {
+		return timesSaidFor(t, ns, "twin", "MultipleAutoClaimClasses") == 2, nil
 	})
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -28,6 +28,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
 // ClaimReconciler binds claims to addresses and releases them when claims go.
@@ -58,7 +59,7 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress),
 			builder.WithPredicates(addressChangedForClaims())).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }
 
@@ -130,82 +131,139 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if claim.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.finalize(ctx, &claim)
 	}
-	if err := ensureFinalizer(ctx, r.Client, &claim, ipamv1.FinalizerClaim); err != nil {
-		return reconcile.Result{}, err
-	}
 	var refs ipamv1.IPAddressList
 	if err := r.Client.List(ctx, &refs, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
 	sorted := sortClaimAddresses(&claim, refs.Items)
+	pass, err := r.decide(ctx, &claim, sorted)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if pass.writes() {
+		// A write is due: decide again on the apiserver's view of the claim and of its
+		// addresses. The cache may not show yet what an earlier pass (or a driver) wrote, and a
+		// decision from it could bind a second address, or turn a Bound claim Lost or change
+		// its addresses (DESIGN §5a: no decision rests on our own unseen writes).
+		ok, err := r.refresh(ctx, &claim, &sorted)
+		if err != nil || !ok {
+			return reconcile.Result{}, err
+		}
+		if pass, err = r.decide(ctx, &claim, sorted); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return r.apply(ctx, &claim, pass)
+}
 
+// claimPass is what one pass over a claim decided from a snapshot: the reconciler then
+// applies it (apply), writing only what changes.
+type claimPass struct {
+	sorted claimAddresses
+	// plans are the missing families that may still bind, in the claim's order.
+	plans []familyPlan
+	// className is the class the claim resolved to ("" when unresolved).
+	className string
+	// wait is why the first waiting family waits.
+	wait *waiting
+	// finalizer: the claim lacks the core's finalizer.
+	finalizer bool
+	// stamp is the driver to ask for an address ("" when none is asked for now).
+	stamp string
+	// status is the claim's status as it should be if no bind happens; statusChanges says it
+	// differs from the claim's.
+	status        ipamv1.IPAddressClaimStatus
+	statusChanges bool
+}
+
+// writes reports whether applying the pass writes anything.
+func (p *claimPass) writes() bool {
+	return p.finalizer || p.stamp != "" || p.statusChanges || len(p.sorted.needUID) > 0 || len(p.sorted.surplus) > 0 ||
+		slices.ContainsFunc(p.plans, func(f familyPlan) bool { return len(f.candidates) > 0 })
+}
+
+// decide reads what one pass needs (from the cache, apart from the claim and its addresses,
+// which the caller gives) and decides its writes; it writes nothing.
+func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted claimAddresses) (claimPass, error) {
+	p := claimPass{sorted: sorted, className: claim.Status.ClassName,
+		finalizer: !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim)}
 	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
-	// waiting for its own addresses instead of silently taking new ones. A bind is decided on
-	// the apiserver's view, read once per pass before the first bind: the cache may not show
-	// yet what an earlier pass (or a driver) wrote, and two binds for one family would flip
-	// the claim's addresses.
-	var wait *waiting
-	className := claim.Status.ClassName
-	fresh := false
+	// waiting for its own addresses instead of silently taking new ones.
 	for _, fam := range claim.Spec.Family.Families() {
-		if sorted.kept[fam] != nil || !mayBind(&claim) {
+		if sorted.kept[fam] != nil || !mayBind(claim) {
 			continue
 		}
-		plan, err := r.planFamily(ctx, &claim, fam)
+		plan, err := r.planFamily(ctx, claim, fam)
 		if err != nil {
-			return reconcile.Result{}, err
+			return claimPass{}, err
 		}
+		plan.family = fam
 		if plan.class != "" {
-			className = plan.class
-		}
-		if len(plan.candidates) > 0 && !fresh {
-			fresh = true
-			ok, err := r.refresh(ctx, &claim, &sorted)
-			if err != nil || !ok {
-				return reconcile.Result{}, err
-			}
-			if claim.Status.ClassName != "" {
-				className = claim.Status.ClassName
-			}
-			if sorted.kept[fam] != nil || !mayBind(&claim) {
-				continue
-			}
-		}
-		bound, err := r.bindFirst(ctx, &claim, plan.candidates)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if bound != nil {
-			sorted.kept[fam] = bound
-			continue
+			p.className = plan.class
 		}
 		w := plan.wait
-		if w == nil && plan.provisioner != "" {
+		switch {
+		case len(plan.candidates) > 0:
+			p.plans = append(p.plans, plan)
+		case w == nil && plan.provisioner != "":
 			// Nothing to bind: the driver must provision.
-			if err := r.stampProvisioner(ctx, &claim, plan.provisioner); err != nil {
-				return reconcile.Result{}, err
+			if claim.Annotations[ipamv1.AnnotationProvisioner] != plan.provisioner {
+				p.stamp = plan.provisioner
 			}
 			w = &waiting{ipamv1.ReasonWaitingForAddress,
 				fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", plan.provisioner, fam, plan.class)}
 		}
-		if w == nil && plan.named != "" {
-			w = &waiting{ipamv1.ReasonWaitingForAddress, "retrying the bind of " + plan.named}
-		}
-		if wait == nil {
-			wait = w
+		if p.wait == nil {
+			p.wait = w
 		}
 	}
-	for _, a := range sorted.needUID {
-		if err := r.completeUID(ctx, &claim, a); err != nil {
+	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
+	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
+	return p, nil
+}
+
+// apply makes the writes of a pass, in a crash-safe order: the claim's finalizer (with the
+// provisioner annotation, one patch), the binds, the addresses' claimRefs, then the status.
+// Every write is guarded by the resourceVersion it was decided on.
+func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClaim, p claimPass) (reconcile.Result, error) {
+	if p.finalizer || p.stamp != "" {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(claim, ipamv1.FinalizerClaim)
+		if p.stamp != "" {
+			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, p.stamp)
+		}
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	for _, a := range sorted.surplus {
-		if err := r.unbindSurplus(ctx, &claim, a); err != nil {
+	kept := p.sorted.kept
+	for _, plan := range p.plans {
+		bound, err := r.bindFirst(ctx, claim, plan.candidates)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if bound == nil {
+			// Another claim took every candidate between our read and our patch: decide again
+			// on a newer view (the next pass), rather than ask a driver or write a status.
+			return reconcile.Result{RequeueAfter: raceRetry}, nil
+		}
+		kept[plan.family] = bound
+	}
+	for _, a := range p.sorted.needUID {
+		if err := r.completeUID(ctx, claim, a); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if err := r.updateStatus(ctx, &claim, className, sorted.kept, wait); err != nil {
+	for _, a := range p.sorted.surplus {
+		if err := r.unbindSurplus(ctx, claim, a); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	status := p.status
+	if len(p.plans) > 0 {
+		status = claimStatus(claim, p.className, kept, p.wait)
+	}
+	if err := r.writeStatus(ctx, claim, status); err != nil {
 		return reconcile.Result{}, err
 	}
 	// Nothing waits on an event alone: a claim still waiting is looked at again.
@@ -218,6 +276,9 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	return reconcile.Result{}, nil
 }
+
+// raceRetry is how soon a pass that lost a race for an address decides again.
+const raceRetry = 50 * time.Millisecond
 
 // mayBind: a claim takes new addresses only until it is first Bound.
 func mayBind(claim *ipamv1.IPAddressClaim) bool {
@@ -273,8 +334,8 @@ type familyPlan struct {
 	class string
 	// candidates to bind, in order: the named address, or the Available ones of the class.
 	candidates []*ipamv1.IPAddress
-	// named is the address spec.addressName names.
-	named string
+	// family is the family the plan is for.
+	family ipamv1.IPFamily
 	// provisioner is the driver to ask when no candidate binds ("" for a named address).
 	provisioner string
 	// wait is why nothing can be bound now (nil when candidates or the driver may serve).
@@ -307,7 +368,6 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 		return plan, nil
 	}
 	if named != nil {
-		plan.named = named.Name
 		if w := checkNamedAddress(claim, named, class.Name, fam); w != nil {
 			plan.wait = w
 			return plan, nil
@@ -349,16 +409,6 @@ func (r *ClaimReconciler) bindFirst(ctx context.Context, claim *ipamv1.IPAddress
 	return nil, nil
 }
 
-// stampProvisioner writes the annotation that asks a driver to provision for the claim.
-func (r *ClaimReconciler) stampProvisioner(ctx context.Context, claim *ipamv1.IPAddressClaim, provisioner string) error {
-	if claim.Annotations[ipamv1.AnnotationProvisioner] == provisioner {
-		return nil
-	}
-	patch := client.MergeFrom(claim.DeepCopy())
-	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, provisioner)
-	return r.Client.Patch(ctx, claim, patch)
-}
-
 // checkNamedAddress says why the address a claim names cannot be bound to it, or nil.
 func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class string, fam ipamv1.IPFamily) *waiting {
 	if got, _ := addressFamily(a); got != fam {
@@ -396,7 +446,10 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 			return nil, &waiting{ipamv1.ReasonNoDefaultClass,
 				"the claim names no class and no IPAddressClass is marked " + ipamv1.AnnotationDefaultClass + `: "true"`}, nil
 		}
-		if len(others) > 0 {
+		if len(others) == 0 {
+			// Resolved: a later recurrence is said again.
+			r.announcer().Clear(claim, "MultipleDefaultClasses")
+		} else {
 			r.announcer().Say(claim, nil, corev1.EventTypeWarning, "MultipleDefaultClasses", "ResolveClass",
 				fmt.Sprintf("several classes are marked default (%s, %s); using %s, the newest. Unmark all but one.",
 					def.Name, strings.Join(others, ", "), def.Name))
@@ -449,29 +502,36 @@ func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAdd
 	return nil
 }
 
-func (r *ClaimReconciler) updateStatus(ctx context.Context, claim *ipamv1.IPAddressClaim, className string,
-	kept map[ipamv1.IPFamily]*ipamv1.IPAddress, wait *waiting) error {
+// claimStatus is the status the claim should have with the addresses it keeps: decideClaimStatus
+// applied to the claim's status (class, phase, addresses, Bound condition).
+func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1.IPFamily]*ipamv1.IPAddress, wait *waiting) ipamv1.IPAddressClaimStatus {
 	out := decideClaimStatus(claim, kept, wait)
-	orig := claim.DeepCopy()
-	claim.Status.Phase = out.phase
-	claim.Status.Addresses = out.addresses
+	st := *claim.Status.DeepCopy()
+	st.Phase = out.phase
+	st.Addresses = out.addresses
 	if className != "" {
-		claim.Status.ClassName = className
+		st.ClassName = className
 	}
 	status := metav1.ConditionFalse
 	if out.phase == ipamv1.ClaimBound {
 		status = metav1.ConditionTrue
 	}
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: ipamv1.ConditionBound, Status: status, Reason: out.reason, Message: out.message,
 		ObservedGeneration: claim.Generation,
 	})
-	if equalClaimStatus(&orig.Status, &claim.Status) {
+	return st
+}
+
+// writeStatus writes the claim's status when it differs, guarded by resourceVersion: a pass
+// that read an older claim must not write over what a newer pass wrote (it retries on the
+// newer claim instead), and so each transition, and the bind metric, is counted once.
+func (r *ClaimReconciler) writeStatus(ctx context.Context, claim *ipamv1.IPAddressClaim, status ipamv1.IPAddressClaimStatus) error {
+	if equalClaimStatus(&claim.Status, &status) {
 		return nil
 	}
-	// Guarded by resourceVersion: a pass that read an older claim must not write over what a
-	// newer pass wrote (it retries on the newer claim instead), and so each transition, and
-	// the bind metric, is counted once.
+	orig := claim.DeepCopy()
+	claim.Status = status
 	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
@@ -479,24 +539,22 @@ func (r *ClaimReconciler) updateStatus(ctx context.Context, claim *ipamv1.IPAddr
 	return nil
 }
 
-// claimTransition emits the events and metrics of a status change: once per transition.
+// claimTransition emits the events and metrics of a status change: once per transition. The
+// way to Bound says nothing (DESIGN §5a's write budget: the status says it); what needs a
+// tenant or an admin to act is a Warning.
 func (r *ClaimReconciler) claimTransition(before, after *ipamv1.IPAddressClaim) {
 	prev := meta.FindStatusCondition(before.Status.Conditions, ipamv1.ConditionBound)
 	cur := meta.FindStatusCondition(after.Status.Conditions, ipamv1.ConditionBound)
 	switch {
 	case after.Status.Phase == ipamv1.ClaimBound && before.Status.Phase != ipamv1.ClaimBound:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Bound", "Bind", "%s", cur.Message)
 		if before.Status.Phase == "" || before.Status.Phase == ipamv1.ClaimPending {
 			r.Metrics.observeBind(r.now().Sub(after.CreationTimestamp.Time))
 		}
 	case after.Status.Phase == ipamv1.ClaimLost && before.Status.Phase != ipamv1.ClaimLost:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "AddressLost", "Bind", "%s", cur.Message)
-	case after.Status.Phase == ipamv1.ClaimPending && (prev == nil || prev.Reason != cur.Reason):
-		kind := corev1.EventTypeNormal
-		if cur.Reason != ipamv1.ReasonWaitingForAddress {
-			kind = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(after, nil, kind, cur.Reason, "Bind", "%s", cur.Message)
+	case after.Status.Phase == ipamv1.ClaimPending && cur.Reason != ipamv1.ReasonWaitingForAddress &&
+		(prev == nil || prev.Reason != cur.Reason):
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, cur.Reason, "Bind", "%s", cur.Message)
 	}
 }
 

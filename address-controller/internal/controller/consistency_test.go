@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/events"
@@ -158,7 +160,9 @@ func TestBoundAddressesNeverChangeUnderConcurrentUpdates(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("c%d", i)
 	}
-	// Hammer: tenant annotations on the claims, labels on the addresses.
+	// Hammer: tenant annotations on the claims, and address changes the claim controller
+	// reconciles.
+	var hammered atomic.Int64
 	stop := make(chan struct{})
 	var hammers sync.WaitGroup
 	hammers.Add(2)
@@ -188,9 +192,21 @@ func TestBoundAddressesNeverChangeUnderConcurrentUpdates(t *testing.T) {
 				continue
 			}
 			for _, a := range list.Items {
-				if a.Spec.ClassName == "hammer" || a.Spec.ClassName == "hammer-manual" {
-					_ = admin.Patch(ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
-						client.RawPatch("application/merge-patch+json", []byte(fmt.Sprintf(`{"metadata":{"labels":{"hammer":"%d"}}}`, i))))
+				if a.Spec.ClassName != "hammer" && a.Spec.ClassName != "hammer-manual" {
+					continue
+				}
+				// An event the claim controller acts on (addressChangedForClaims passes a change
+				// of the Lost condition's status) without a reason to change the binding: the
+				// condition toggles between absent and False.
+				orig := a.DeepCopy()
+				if meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionLost) != nil {
+					meta.RemoveStatusCondition(&a.Status.Conditions, ipamv1.ConditionLost)
+				} else {
+					meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionLost,
+						Status: metav1.ConditionFalse, Reason: "Hammer", Message: fmt.Sprint(i)})
+				}
+				if admin.Status().Patch(ctx, &a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})) == nil {
+					hammered.Add(1)
 				}
 			}
 		}
@@ -220,6 +236,9 @@ func TestBoundAddressesNeverChangeUnderConcurrentUpdates(t *testing.T) {
 	<-watched
 	if len(violations) > 0 {
 		t.Fatalf("Bound claims changed addresses:\n%v", violations)
+	}
+	if hammered.Load() < n {
+		t.Fatalf("the address hammer landed %d changes, fewer than one per claim", hammered.Load())
 	}
 	eventually(t, "one bind observation per claim", func() (bool, error) {
 		return bindsObserved(t)-before >= n, nil

@@ -56,8 +56,9 @@ type claimAddresses struct {
 
 // sortClaimAddresses decides which of the addresses referencing claim (by namespace/name) it
 // keeps. Addresses carrying the uid of an older claim of the same name are ignored: they are
-// not this claim's. For each family the oldest address wins, so that a race between two binds
-// always ends the same way.
+// not this claim's. For each family the address already in the claim's status wins (a Bound
+// claim's addresses never change), else the oldest, so that a race between two binds always
+// ends the same way.
 func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) claimAddresses {
 	out := claimAddresses{kept: map[ipamv1.IPFamily]*ipamv1.IPAddress{}}
 	wanted := map[ipamv1.IPFamily]bool{}
@@ -76,7 +77,16 @@ func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) 
 		}
 		mine = append(mine, a)
 	}
+	inStatus := func(a *ipamv1.IPAddress) bool {
+		return slices.ContainsFunc(claim.Status.Addresses, func(c ipamv1.ClaimedAddress) bool { return c.Name == a.Name })
+	}
 	slices.SortFunc(mine, func(a, b *ipamv1.IPAddress) int {
+		if sa, sb := inStatus(a), inStatus(b); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
@@ -281,10 +291,11 @@ const (
 // reclaimAction decides, for both release paths (the claim's finalizer, and the address
 // controller's safety net for a claim that vanished unseen), what becomes of an address whose
 // claim goes. A claim auto-claim made for a Service takes its addresses with it whatever the
-// policy; otherwise the address's reclaimPolicy (copied from its class at provisioning, the
-// class's when the address has none) decides. claim and class may be nil when gone.
+// policy; when the claim is gone, the address's auto-claim mark (markedAutoClaim) says so.
+// Otherwise the address's reclaimPolicy (copied from its class at provisioning, the class's
+// when the address has none) decides. claim and class may be nil when gone.
 func reclaimAction(a *ipamv1.IPAddress, claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass) reclaim {
-	if claim != nil && ownedByService(claim) {
+	if claim != nil && ownedByService(claim) || claim == nil && markedAutoClaim(a) {
 		return reclaimDelete
 	}
 	policy := a.Spec.ReclaimPolicy
@@ -296,6 +307,18 @@ func reclaimAction(a *ipamv1.IPAddress, claim *ipamv1.IPAddressClaim, class *ipa
 	}
 	return reclaimRelease
 }
+
+// markedAutoClaim: the address carries the auto-claim mark, written by the core while its claim
+// is an auto-claim (wantAutoClaimMark) or copied by the driver that pre-bound it to one: what
+// the release decides from once the claim is gone.
+func markedAutoClaim(a *ipamv1.IPAddress) bool {
+	return a.Annotations[ipamv1.AnnotationAutoClaim] == "true"
+}
+
+// wantAutoClaimMark is whether an address bound to a live claim should carry the auto-claim
+// mark: exactly while the claim is one auto-claim made for a Service (an admin who removes the
+// claim's owner reference keeps its addresses, and the mark goes).
+func wantAutoClaimMark(claim *ipamv1.IPAddressClaim) bool { return ownedByService(claim) }
 
 // ownedByService: auto-claim made this claim for a Service (its controller), so its addresses
 // go with the Service whatever the reclaim policy.
@@ -337,4 +360,44 @@ func orderAddresses(addrs []ipamv1.IPAddress) {
 		ib, _ := ipamv1.ParseCanonical(b.Spec.Address)
 		return cmp.Or(ia.Compare(ib), strings.Compare(a.Name, b.Name))
 	})
+}
+
+// classMeta is what the core writes on a class's metadata: its protection finalizer, and when
+// auto-claim was enabled through it.
+type classMeta struct {
+	// finalizer: the class lacks the core's finalizer.
+	finalizer bool
+	// enabledAt is the auto-claim-enabled-at value to write ("" for none to write);
+	// clearEnabledAt removes it.
+	enabledAt      string
+	clearEnabledAt bool
+}
+
+// decideClassMeta decides the core's metadata writes on a class that is not being deleted. A
+// class marked for auto-claim gets the time the mark took effect, stored in the class so that
+// every replica and every restart agrees on it: its creation when the core first sees it marked
+// (it has no finalizer yet: marked at creation, or while no core ran), else now. An unmarked
+// class loses it, so that marking it again later starts anew.
+func decideClassMeta(class *ipamv1.IPAddressClass, finalizer string, now time.Time) classMeta {
+	var m classMeta
+	seen := slices.Contains(class.Finalizers, finalizer)
+	m.finalizer = !seen
+	marked := class.Annotations[ipamv1.AnnotationAutoClaimClass] == "true"
+	_, stamped := class.Annotations[ipamv1.AnnotationAutoClaimEnabledAt]
+	switch {
+	case marked && !stamped && !seen:
+		m.enabledAt = class.CreationTimestamp.UTC().Format(time.RFC3339)
+	case marked && !stamped:
+		m.enabledAt = now.UTC().Format(time.RFC3339)
+	case !marked && stamped:
+		m.clearEnabledAt = true
+	}
+	return m
+}
+
+// autoClaimEnabledAt reads when auto-claim was enabled through a class (false when the core
+// has not stamped it yet).
+func autoClaimEnabledAt(class *ipamv1.IPAddressClass) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, class.Annotations[ipamv1.AnnotationAutoClaimEnabledAt])
+	return t, err == nil
 }

@@ -79,6 +79,40 @@ func TestSortClaimAddresses(t *testing.T) {
 	}
 }
 
+// An address already in the claim's status wins over an older one bound to the claim later:
+// a Bound claim's addresses never change.
+func TestSortClaimAddressesPrefersTheStatus(t *testing.T) {
+	mine := &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: "u"}
+	for _, tc := range []struct {
+		name     string
+		inStatus []string
+		want     string
+	}{
+		{"nothing in status: the oldest", nil, "older"},
+		{"the younger is in status", []string{"younger"}, "younger"},
+		{"the older is in status", []string{"older"}, "older"},
+		{"a name in status that is not bound here: the oldest", []string{"elsewhere"}, "older"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u"},
+				Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
+			for _, n := range tc.inStatus {
+				claim.Status.Addresses = append(claim.Status.Addresses, ipamv1.ClaimedAddress{Name: n, Family: ipamv1.IPv4})
+			}
+			got := sortClaimAddresses(claim, []ipamv1.IPAddress{
+				addr("younger", "203.0.113.1", t0.Add(time.Hour), mine),
+				addr("older", "203.0.113.2", t0, mine),
+			})
+			if k := got.kept[ipamv1.IPv4]; k == nil || k.Name != tc.want {
+				t.Fatalf("kept %v, want %s", k, tc.want)
+			}
+			if len(got.surplus) != 1 || got.surplus[0].Name == tc.want {
+				t.Fatalf("surplus %v", got.surplus)
+			}
+		})
+	}
+}
+
 func TestDecideClaimStatus(t *testing.T) {
 	v4 := addr("ip-203-0-113-1", "203.0.113.1", t0, nil)
 	v6 := addr("ip-2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", t0, nil)
@@ -201,6 +235,10 @@ func TestReclaimAction(t *testing.T) {
 		a.Spec.ReclaimPolicy = policy
 		return &a
 	}
+	marked := func(a *ipamv1.IPAddress) *ipamv1.IPAddress {
+		a.Annotations = map[string]string{ipamv1.AnnotationAutoClaim: "true"}
+		return a
+	}
 	deleteClass := &ipamv1.IPAddressClass{Spec: ipamv1.IPAddressClassSpec{ReclaimPolicy: ipamv1.ReclaimDelete}}
 	for _, tc := range []struct {
 		name  string
@@ -217,6 +255,8 @@ func TestReclaimAction(t *testing.T) {
 		{"claim gone, Delete", mk(ipamv1.ReclaimDelete), nil, nil, reclaimDelete},
 		{"no policy on the address: the class's", mk(""), plain, deleteClass, reclaimDelete},
 		{"no policy anywhere: Retain", mk(""), plain, nil, reclaimRelease},
+		{"claim gone, Retain, the address marked an auto-claim's", marked(mk(ipamv1.ReclaimRetain)), nil, nil, reclaimDelete},
+		{"claim known: the claim decides, not a stale mark", marked(mk(ipamv1.ReclaimRetain)), unowned, nil, reclaimRelease},
 	} {
 		if got := reclaimAction(tc.a, tc.claim, tc.class); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
@@ -235,5 +275,46 @@ func TestRecheckAfter(t *testing.T) {
 		if got := recheckAfter(tc.waited); got != tc.want {
 			t.Errorf("recheckAfter(%s) = %s, want %s", tc.waited, got, tc.want)
 		}
+	}
+}
+
+func TestDecideClassMeta(t *testing.T) {
+	now := t0.Add(time.Hour)
+	mk := func(finalized, marked bool, stamp string) *ipamv1.IPAddressClass {
+		c := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "c", CreationTimestamp: metav1.NewTime(t0),
+			Annotations: map[string]string{}}}
+		if finalized {
+			c.Finalizers = []string{ipamv1.FinalizerClass}
+		}
+		if marked {
+			c.Annotations[ipamv1.AnnotationAutoClaimClass] = "true"
+		}
+		if stamp != "" {
+			c.Annotations[ipamv1.AnnotationAutoClaimEnabledAt] = stamp
+		}
+		return c
+	}
+	stamp := t0.Add(time.Minute).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		name  string
+		class *ipamv1.IPAddressClass
+		want  classMeta
+	}{
+		{"new, unmarked: the finalizer", mk(false, false, ""), classMeta{finalizer: true}},
+		{"new, marked: the finalizer and its creation", mk(false, true, ""), classMeta{finalizer: true, enabledAt: t0.UTC().Format(time.RFC3339)}},
+		{"seen, marked now: now", mk(true, true, ""), classMeta{enabledAt: now.UTC().Format(time.RFC3339)}},
+		{"seen, marked and stamped: nothing", mk(true, true, stamp), classMeta{}},
+		{"seen, unmarked and stamped: the stamp goes", mk(true, false, stamp), classMeta{clearEnabledAt: true}},
+		{"seen, unmarked: nothing", mk(true, false, ""), classMeta{}},
+	} {
+		if got := decideClassMeta(tc.class, ipamv1.FinalizerClass, now); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if at, ok := autoClaimEnabledAt(mk(true, true, stamp)); !ok || !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("autoClaimEnabledAt = %s, %v", at, ok)
+	}
+	if _, ok := autoClaimEnabledAt(mk(true, true, "")); ok {
+		t.Error("autoClaimEnabledAt of an unstamped class reports a time")
 	}
 }

@@ -16,16 +16,6 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-// ensureFinalizer adds a finalizer with a merge patch, writing nothing when it is there.
-func ensureFinalizer(ctx context.Context, c client.Client, o client.Object, finalizer string) error {
-	if controllerutil.ContainsFinalizer(o, finalizer) {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(o, finalizer)
-	return c.Patch(ctx, o, patch)
-}
-
 // removeFinalizer removes a finalizer with a merge patch guarded by resourceVersion, so that
 // the finalizers of others (the driver's) are never lost.
 func removeFinalizer(ctx context.Context, c client.Client, o client.Object, finalizer string) error {

@@ -71,7 +71,10 @@ func TestClaimBindsThroughDriverForEachFamily(t *testing.T) {
 			if cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != c.Generation {
 				t.Fatalf("Bound condition = %+v", cond)
 			}
-			waitEvent(t, ns, name, "Bound")
+			// The way to Bound costs no event (DESIGN §5a's write budget): the status says it.
+			if ev := eventsFor(t, ns, name, ""); len(ev) != 0 {
+				t.Fatalf("events on the way to Bound: %+v", ev)
+			}
 		})
 	}
 }

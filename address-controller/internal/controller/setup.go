@@ -49,5 +49,5 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := (&ClassReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&AutoClaimReconciler{Client: mgr.GetClient(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(ctx, mgr)
+	return (&AutoClaimReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec, Workers: opts.Workers}).SetupWithManager(ctx, mgr)
 }

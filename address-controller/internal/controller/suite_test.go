@@ -227,7 +227,7 @@ func frozenClient(t *testing.T) client.Client {
 	if err := index.Register(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}} {
+	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}, &corev1.Service{}} {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			t.Fatal(err)
 		}
