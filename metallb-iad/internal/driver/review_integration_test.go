@@ -1,0 +1,279 @@
+package driver
+
+import (
+	"context"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Each test here reproduces a finding of the review of issue 10 on a real apiserver; each failed
+// on the driver before its fix.
+
+// quiet waits until the driver has made no write for d (its passes settled).
+func quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	last, since := writesSnapshot(), time.Now()
+	eventually(t, "the driver to settle", func() (bool, error) {
+		now := writesSnapshot()
+		for k, v := range now {
+			if last[k] != v {
+				last, since = now, time.Now()
+				return false, nil
+			}
+		}
+		return time.Since(since) >= d, nil
+	})
+}
+
+// Finding 2: a Service re-linked from claim A to a Lost claim B does not keep A's pin: it ends
+// with B's addresses only (none: B is Lost and was not attached to it), and A is held again.
+func TestRelinkToALostClaimDropsTheOldPin(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "relost", "203.0.113.160/28")
+	startFakeMetalLB(t, "relost", netip.MustParsePrefix("203.0.113.160/28"))
+	ns := newNamespace(t, "relost")
+	const ipA, ipB = "203.0.113.161", "203.0.113.162"
+	_, a := boundClaimWithAddress(t, ns, "a", "relost", ipA)
+	claimB, b := boundClaimWithAddress(t, ns, "b", "relost", ipB)
+	waitHeldByPlaceholder(t, a.Name, ipA)
+	waitHeldByPlaceholder(t, b.Name, ipB)
+	claimB.Status.Phase = ipamv1.ClaimLost
+	if err := admin.Status().Update(ctx, claimB); err != nil {
+		t.Fatal(err)
+	}
+	svc := attachedService(t, ns, "web", "a", ipA)
+
+	var s corev1.Service
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[ipamv1.AnnotationServiceClaim] = "b"
+	if err := admin.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service to drop A's pin and A to be held again", func() (bool, error) {
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		if len(PinIPs(&s)) != 0 || s.Annotations[AnnotationPinned] != "" {
+			return false, nil
+		}
+		at := getAddress(t, a.Name).Status.AttachedTo
+		return at == nil, nil
+	})
+	waitHeldByPlaceholder(t, a.Name, ipA)
+	if at := getAddress(t, b.Name).Status.AttachedTo; at != nil {
+		t.Fatalf("the Lost claim's address was attached: %+v", at)
+	}
+}
+
+// Finding 3: the unpin's ingress-clearing status patch is made against the Service as it was
+// read: an ingress MetalLB wrote since (here a new IP) is never cleared blindly.
+func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	ns := newNamespace(t, "unpinlock")
+	const old, fresh = "203.0.113.177", "203.0.113.178"
+	svc := tenantService(ns, "web", map[string]string{AnnotationReleasing: old})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: old}}
+	if err := admin.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	stale := svc.DeepCopy() // the driver's view: still releasing the old IP
+	// MetalLB assigns a new IP meanwhile.
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fresh}}
+	if err := admin.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	_ = testDriver.unpin(ctx, stale) // a conflict is an error: the pass is retried with a fresh view
+	eventually(t, "the driver's own pass to finish the release", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		_, releasing := s.Annotations[AnnotationReleasing]
+		return !releasing, nil
+	})
+	var s corev1.Service
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := ingress(&s); len(got) != 1 || got[0] != fresh {
+		t.Fatalf("the unpin cleared an ingress MetalLB wrote after the driver's read: %v", got)
+	}
+}
+
+// seriesCount is how many times an event was said: once, or its series' count.
+func seriesCount(evs []eventsv1.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// Finding 5: a Conflict that resolved and comes back is announced again (the say-once memory
+// is cleared when it resolves), on the address and on the wrongful Service.
+func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "again2", "203.0.113.192/28")
+	startFakeMetalLB(t, "again2", netip.MustParsePrefix("203.0.113.192/28"))
+	ns := newNamespace(t, "again2")
+	const ip = "203.0.113.193"
+	_, addr := boundClaimWithAddress(t, ns, "c", "again2", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	thief := tenantService(ns, "thief", nil)
+	if err := admin.Create(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	setIngress := func(ips ...string) {
+		t.Helper()
+		eventually(t, "the thief's status to be written", func() (bool, error) {
+			var s corev1.Service
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(thief), &s); err != nil {
+				return false, err
+			}
+			s.Status.LoadBalancer.Ingress = nil
+			for _, ip := range ips {
+				s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+			}
+			return admin.Status().Update(ctx, &s) == nil, nil
+		})
+	}
+	conflict := func(want bool) func() (bool, error) {
+		return func() (bool, error) {
+			c, err := addressCondition(addr.Name, ipamv1.ConditionConflict)
+			return c != nil && (c.Status == metav1.ConditionTrue) == want, err
+		}
+	}
+	said := func(n int) func() (bool, error) {
+		return func() (bool, error) {
+			onAddr := seriesCount(driverEvents(t, "default", string(addr.UID), ipamv1.ConditionConflict))
+			onSvc := seriesCount(driverEvents(t, ns, string(thief.UID), ReasonServiceConflict))
+			return onAddr >= n && onSvc >= n, nil
+		}
+	}
+	setIngress(ip)
+	eventually(t, "Conflict", conflict(true))
+	eventually(t, "the conflict announced once", said(1))
+	setIngress()
+	eventually(t, "the Conflict to resolve", conflict(false))
+	setIngress(ip)
+	eventually(t, "Conflict again", conflict(true))
+	eventually(t, "the recurrence announced again on the address and on the Service", said(2))
+}
+
+// Finding 12 (attach): attaching a Service to a Bound claim takes at most 3 driver writes
+// (attachedTo with Held, the hold's deletion, the pin), none refused.
+func TestAttachWriteBudget(t *testing.T) {
+	needAPIServer(t)
+	newPoolClass(t, "budget", "203.0.113.208/28")
+	startFakeMetalLB(t, "budget", netip.MustParsePrefix("203.0.113.208/28"))
+	ns := newNamespace(t, "budget")
+	const ip = "203.0.113.209"
+	_, addr := boundClaimWithAddress(t, ns, "c", "budget", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	quiet(t, time.Second)
+	before := writesSnapshot()
+	attachedService(t, ns, "web", "c", ip)
+	eventually(t, "the address to say Attached", func() (bool, error) {
+		c, err := addressCondition(addr.Name, ipamv1.ConditionHeld)
+		return c != nil && c.Reason == ReasonAttached, err
+	})
+	quiet(t, time.Second)
+	total, refused := writesSince(t, "attach", before)
+	if total > 3 {
+		t.Errorf("the attach took %d driver writes, want at most 3", total)
+	}
+	if len(refused) > 0 {
+		t.Errorf("the apiserver refused driver writes: %v", refused)
+	}
+	if !meta.IsStatusConditionTrue(getAddress(t, addr.Name).Status.Conditions, ipamv1.ConditionHeld) {
+		t.Fatal("not Held after the attach")
+	}
+	_ = metallb.AnnotationLoadBalancerIPs
+}
+
+// Finding 7: an orphaned hold whose events the driver missed is swept by the periodic sweep
+// (here the sweep on an address's events is turned off, as if they had been lost).
+func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	testDriver.eventSweepOff.Store(true)
+	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
+	ip := netip.MustParseAddr("203.0.113.251")
+	orphan := HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
+	if err := admin.Create(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the periodic sweep to delete the orphaned hold", func() (bool, error) {
+		err := admin.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Service{})
+		return err != nil && client.IgnoreNotFound(err) == nil, nil
+	})
+}
+
+// Finding 1: attaching while the driver's cache of addresses lags its Services (the address's
+// pass sees the hold deleted before it sees attachedTo): no hold is made again for the attached
+// address, and no Conflict is raised against the Service that now serves it.
+func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "alag", "203.0.113.224/28")
+	startFakeMetalLB(t, "alag", netip.MustParsePrefix("203.0.113.224/28"))
+	ns := newNamespace(t, "alag")
+	const ip = "203.0.113.225"
+	_, addr := boundClaimWithAddress(t, ns, "c", "alag", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	var first corev1.Service
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &first); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := kubeWatchServices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var remade atomic.Int32
+	go func() {
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*corev1.Service); ok && ev.Type == watch.Added && s.Name == HoldName(addr.Name) && s.UID != first.UID {
+				remade.Add(1)
+			}
+		}
+	}()
+	withWatchLagOn(t, "ipaddresses", 300*time.Millisecond)
+	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceIngress(t, ns, "web", ip)
+	consistently(t, 3*time.Second, "no new hold and no Conflict while attached", func() (bool, error) {
+		if remade.Load() > 0 {
+			return false, nil // a hold made again for an attached address
+		}
+		c, err := addressCondition(addr.Name, ipamv1.ConditionConflict)
+		return c == nil || c.Status != metav1.ConditionTrue, err
+	})
+}
