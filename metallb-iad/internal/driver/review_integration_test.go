@@ -42,10 +42,10 @@ func quiet(t *testing.T, d time.Duration) {
 func TestRelinkToALostClaimDropsTheOldPin(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "relost", "203.0.113.160/28")
-	startFakeMetalLB(t, "relost", netip.MustParsePrefix("203.0.113.160/28"))
+	newPoolClass(t, "relost", "198.51.100.128/28")
+	startFakeMetalLB(t, "relost", netip.MustParsePrefix("198.51.100.128/28"))
 	ns := newNamespace(t, "relost")
-	const ipA, ipB = "203.0.113.161", "203.0.113.162"
+	const ipA, ipB = "198.51.100.129", "198.51.100.130"
 	_, a := boundClaimWithAddress(t, ns, "a", "relost", ipA)
 	claimB, b := boundClaimWithAddress(t, ns, "b", "relost", ipB)
 	waitHeldByPlaceholder(t, a.Name, ipA)
@@ -86,30 +86,31 @@ func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
 	ns := newNamespace(t, "unpinlock")
-	const old, fresh = "203.0.113.177", "203.0.113.178"
-	svc := tenantService(ns, "web", map[string]string{AnnotationReleasing: old})
+	const old, fresh = "198.51.100.193", "198.51.100.194"
+	svc := tenantService(ns, "web", nil)
 	if err := admin.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: old}}
-	if err := admin.Status().Update(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	stale := svc.DeepCopy() // the driver's view: still releasing the old IP
-	// MetalLB assigns a new IP meanwhile.
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fresh}}
-	if err := admin.Status().Update(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	_ = testDriver.unpin(ctx, stale) // a conflict is an error: the pass is retried with a fresh view
-	eventually(t, "the driver's own pass to finish the release", func() (bool, error) {
+	setIngress := func(ip string) *corev1.Service {
+		t.Helper()
 		var s corev1.Service
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
-			return false, err
-		}
-		_, releasing := s.Annotations[AnnotationReleasing]
-		return !releasing, nil
-	})
+		eventually(t, "the Service's status to be written", func() (bool, error) {
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+			return admin.Status().Update(ctx, &s) == nil, nil
+		})
+		return &s
+	}
+	// The driver's view: the Service it unpinned a moment ago, still showing the old IP and its
+	// record of releasing it.
+	stale := setIngress(old).DeepCopy()
+	stale.Annotations = map[string]string{AnnotationReleasing: old}
+	// MetalLB assigns a new IP meanwhile.
+	setIngress(fresh)
+	err := testDriver.unpin(ctx, stale)
+	t.Logf("unpin on the stale view: %v", err)
 	var s corev1.Service
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
 		t.Fatal(err)
@@ -137,10 +138,10 @@ func seriesCount(evs []eventsv1.Event) int {
 func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "again2", "203.0.113.192/28")
-	startFakeMetalLB(t, "again2", netip.MustParsePrefix("203.0.113.192/28"))
+	newPoolClass(t, "again2", "198.51.100.144/28")
+	startFakeMetalLB(t, "again2", netip.MustParsePrefix("198.51.100.144/28"))
 	ns := newNamespace(t, "again2")
-	const ip = "203.0.113.193"
+	const ip = "198.51.100.145"
 	_, addr := boundClaimWithAddress(t, ns, "c", "again2", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
 	thief := tenantService(ns, "thief", nil)
@@ -188,10 +189,10 @@ func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
 // (attachedTo with Held, the hold's deletion, the pin), none refused.
 func TestAttachWriteBudget(t *testing.T) {
 	needAPIServer(t)
-	newPoolClass(t, "budget", "203.0.113.208/28")
-	startFakeMetalLB(t, "budget", netip.MustParsePrefix("203.0.113.208/28"))
+	newPoolClass(t, "budget", "198.51.100.160/28")
+	startFakeMetalLB(t, "budget", netip.MustParsePrefix("198.51.100.160/28"))
 	ns := newNamespace(t, "budget")
-	const ip = "203.0.113.209"
+	const ip = "198.51.100.161"
 	_, addr := boundClaimWithAddress(t, ns, "c", "budget", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
 	quiet(t, time.Second)
@@ -222,7 +223,7 @@ func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 	ctx := context.Background()
 	testDriver.eventSweepOff.Store(true)
 	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
-	ip := netip.MustParseAddr("203.0.113.251")
+	ip := netip.MustParseAddr("198.51.100.251")
 	orphan := HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
@@ -239,10 +240,10 @@ func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "alag", "203.0.113.224/28")
-	startFakeMetalLB(t, "alag", netip.MustParsePrefix("203.0.113.224/28"))
+	newPoolClass(t, "alag", "198.51.100.176/28")
+	startFakeMetalLB(t, "alag", netip.MustParsePrefix("198.51.100.176/28"))
 	ns := newNamespace(t, "alag")
-	const ip = "203.0.113.225"
+	const ip = "198.51.100.177"
 	_, addr := boundClaimWithAddress(t, ns, "c", "alag", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
 	var first corev1.Service
