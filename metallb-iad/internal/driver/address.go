@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -236,6 +237,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.holds, err = d.holdsOf(ctx, a.Name); err != nil {
 		return nil, err
 	}
+	if v.failedAt, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
+		return nil, err
+	}
 	if len(v.holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 	} else {
@@ -334,6 +338,55 @@ func (d *Driver) refreshServices(ctx context.Context, v *addressView) error {
 	}
 	v.holders = holders
 	return nil
+}
+
+// allocationFailures looks up, uncached, MetalLB's latest AllocationFailed report on each
+// placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it.
+func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, error) {
+	out := map[types.UID]time.Time{}
+	for _, s := range placeholders {
+		if !mayNudge(s, now, d.NudgeAfter) {
+			continue
+		}
+		t, err := d.lastAllocationFailed(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out[s.UID] = t
+	}
+	return out, nil
+}
+
+// lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service (zero when
+// never): an uncached list of the Events on it of that reason.
+func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, error) {
+	var evs corev1.EventList
+	if err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.uid", string(s.UID)),
+		fields.OneTermEqualSelector("reason", "AllocationFailed"))}); err != nil {
+		return time.Time{}, err
+	}
+	var last time.Time
+	for i := range evs.Items {
+		if t := eventTime(&evs.Items[i]); t.After(last) {
+			last = t
+		}
+	}
+	return last, nil
+}
+
+// eventTime is when an event was last seen.
+func eventTime(e *corev1.Event) time.Time {
+	t := e.LastTimestamp.Time
+	for _, u := range []time.Time{e.FirstTimestamp.Time, e.EventTime.Time} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	if e.Series != nil && e.Series.LastObservedTime.After(t) {
+		t = e.Series.LastObservedTime.Time
+	}
+	return t
 }
 
 // holdsOf lists the hold placeholders of an address, without those being deleted.

@@ -59,6 +59,10 @@ type addressView struct {
 	// the IP.
 	holders []holder
 
+	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
+	// for those mayNudge).
+	failedAt map[types.UID]time.Time
+
 	namespace  string
 	now        time.Time
 	nudgeAfter time.Duration
@@ -238,27 +242,50 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	}
 	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
-	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter)
+	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID])
 	if nudge {
 		p.nudge = hold
 	}
 	p.requeue = wait
 }
 
-// nudgeDue decides whether a placeholder MetalLB has not served should be touched now (MetalLB
-// does not retry a failed allocation by itself until some other Service is deleted), and when to
-// look again: every nudgeAfter at first, backing off to a quarter of its age, at most a minute.
-func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration) (bool, time.Duration) {
-	last := s.CreationTimestamp.Time
-	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
-		last = t
-	}
+// nudgeDue decides whether a placeholder MetalLB has not served should be touched now, and when
+// to look again. MetalLB does not retry a failed allocation by itself until some other Service
+// is deleted; a placeholder it has not refused is merely waiting its turn, and a touch would be
+// a wasted write. So a nudge needs MetalLB's AllocationFailed since the last touch (failedAt,
+// zero when none was seen), at most every nudgeAfter at first, backing off to a quarter of the
+// placeholder's age, at most a minute; without such a report, only after a minute of silence (an
+// event MetalLB's recorder dropped must not strand it).
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time) (bool, time.Duration) {
+	last := lastTouch(s)
 	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
 	every = min(every, driverkit.MaxRecheck)
 	if wait := every - now.Sub(last); wait > 0 {
 		return false, wait
 	}
-	return true, every
+	// Event times have a resolution of a second.
+	if !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second)) {
+		return true, every
+	}
+	if silent := now.Sub(last); silent >= driverkit.MaxRecheck {
+		return true, every
+	}
+	return false, every
+}
+
+// lastTouch is when a placeholder was created or last nudged.
+func lastTouch(s *corev1.Service) time.Time {
+	last := s.CreationTimestamp.Time
+	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
+		last = t
+	}
+	return last
+}
+
+// mayNudge: a placeholder MetalLB has not served, untouched for nudgeAfter, for which the
+// snapshot looks up MetalLB's AllocationFailed reports.
+func mayNudge(s *corev1.Service, now time.Time, nudgeAfter time.Duration) bool {
+	return len(IngressIPs(s)) == 0 && now.Sub(lastTouch(s)) >= nudgeAfter
 }
 
 // lostVerdict says why MetalLB can no longer serve the address, or "" when it can: the class's

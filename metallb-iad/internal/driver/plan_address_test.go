@@ -138,9 +138,20 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatal("not pinned")
 			}
 		}},
-		{"hold not served for long: nudged", view(testAddress(ip, Finalizer), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, false)} }),
+		{"hold refused by MetalLB for long: nudged", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.failedAt = map[types.UID]time.Time{v.holds[0].UID: v.holds[0].CreationTimestamp.Time}
+		}),
 			func(t *testing.T, p addressPlan) {
 				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"finding 12: hold waiting, not refused by MetalLB: no nudge, a re-check", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+		}),
+			func(t *testing.T, p addressPlan) {
+				if p.nudge != nil || p.requeue <= 0 || p.requeue > time.Minute {
 					t.Fatalf("%+v", p)
 				}
 			}},
@@ -427,17 +438,35 @@ func TestPoolAddresses(t *testing.T) {
 }
 
 func TestNudgeDue(t *testing.T) {
-	s := svc(testDriverNS, "p", "p")
-	if due, wait := nudgeDue(s, t0.Add(time.Second), 3*time.Second); due || wait != 2*time.Second {
-		t.Fatalf("young: %v %v", due, wait)
+	const every = 3 * time.Second
+	nudged := func(at time.Time) *corev1.Service {
+		s := svc(testDriverNS, "p", "p")
+		s.Annotations[AnnotationNudge] = at.Format(time.RFC3339Nano)
+		return s
 	}
-	if due, _ := nudgeDue(s, t0.Add(4*time.Second), 3*time.Second); !due {
-		t.Fatal("not nudged after nudgeAfter")
-	}
-	s.Annotations[AnnotationNudge] = t0.Add(time.Hour).Format(time.RFC3339Nano)
-	due, wait := nudgeDue(s, t0.Add(time.Hour+time.Second), 3*time.Second)
-	if due || wait > time.Minute {
-		t.Fatalf("old: backoff capped at a minute, got %v %v", due, wait)
+	var none time.Time
+	for _, tc := range []struct {
+		name     string
+		s        *corev1.Service
+		now      time.Time
+		failedAt time.Time
+		due      bool
+		wait     time.Duration // 0: any positive wait up to a minute
+	}{
+		{"young: wait for nudgeAfter", svc(testDriverNS, "p", "p"), t0.Add(time.Second), t0, false, 2 * time.Second},
+		{"refused by MetalLB, nudgeAfter passed: nudge", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), t0, true, 0},
+		{"finding 12: not refused, merely waiting: no nudge, look again", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), none, false, 0},
+		{"finding 12: a refusal older than the last nudge does not count", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0, false, 0},
+		{"refused again after the last nudge: nudge", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0.Add(11 * time.Second), true, 0},
+		{"silent for a minute (an event dropped): nudge anyway", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, true, 0},
+		{"old: backoff capped at a minute", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Second), t0.Add(time.Hour), false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			due, wait := nudgeDue(tc.s, tc.now, every, tc.failedAt)
+			if due != tc.due || wait <= 0 || wait > time.Minute || (tc.wait != 0 && wait != tc.wait) {
+				t.Fatalf("nudgeDue = %v, %v; want %v, %v", due, wait, tc.due, tc.wait)
+			}
+		})
 	}
 }
 

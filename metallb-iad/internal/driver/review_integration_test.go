@@ -278,3 +278,38 @@ func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 		return c == nil || c.Status != metav1.ConditionTrue, err
 	})
 }
+
+// Finding 12 (nudges): the driver finds MetalLB's AllocationFailed report on a placeholder (a
+// core Event, as MetalLB's recorder writes it), and nothing for another placeholder.
+func TestAllocationFailedIsSeen(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	ns := newNamespace(t, "allocfail")
+	refused, waiting := tenantService(ns, "refused", nil), tenantService(ns, "waiting", nil)
+	for _, s := range []*corev1.Service{refused, waiting} {
+		if err := admin.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	for _, reason := range []string{"AllocationFailed", "IPAllocated"} {
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "metallb-"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: ns, Name: refused.Name, UID: refused.UID},
+			Reason:         reason, Message: "Failed to allocate IP", Type: corev1.EventTypeWarning,
+			FirstTimestamp: at, LastTimestamp: at, Count: 1, Source: corev1.EventSource{Component: "metallb-controller"}}
+		if reason != "AllocationFailed" {
+			ev.LastTimestamp = metav1.NewTime(at.Add(time.Hour)) // another reason never counts
+		}
+		if err := admin.Create(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := testDriver.lastAllocationFailed(ctx, refused)
+	if err != nil || !got.Equal(at.Time) {
+		t.Fatalf("refused placeholder: %v, %v; want %v", got, err, at.Time)
+	}
+	got, err = testDriver.lastAllocationFailed(ctx, waiting)
+	if err != nil || !got.IsZero() {
+		t.Fatalf("waiting placeholder: %v, %v; want none", got, err)
+	}
+}
