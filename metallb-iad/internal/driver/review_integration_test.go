@@ -40,17 +40,30 @@ func quiet(t *testing.T, d time.Duration) {
 // Finding 2: a Service re-linked from claim A to a Lost claim B does not keep A's pin: it ends
 // with B's addresses only (none: B is Lost and was not attached to it), and A is held again.
 func TestRelinkToALostClaimDropsTheOldPin(t *testing.T) {
+	relinkAway(t, "relost", ipamv1.ClaimLost, "198.51.100.128/28", "198.51.100.129", "198.51.100.130")
+}
+
+// Finding 9, decided: a Service re-linked to a claim not Bound yet lets A go the same way (its
+// ingress is cleared): DESIGN §5 wants A held again at once (hold invariant, Detach), which
+// MetalLB allows only once the Service's ingress no longer shows A. The foreign address an
+// auto-assigning pool may then give the Service is the "never a foreign address" defect's.
+func TestRelinkToAPendingClaimHoldsTheOldAddress(t *testing.T) {
+	relinkAway(t, "repend", ipamv1.ClaimPending, "198.51.100.224/28", "198.51.100.225", "198.51.100.226")
+}
+
+// relinkAway attaches a Service to claim a, puts claim b in phase, re-links the Service to b and
+// checks that it keeps no pin and a is held again.
+func relinkAway(t *testing.T, name string, phase ipamv1.ClaimPhase, prefix, ipA, ipB string) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "relost", "198.51.100.128/28")
-	startFakeMetalLB(t, "relost", netip.MustParsePrefix("198.51.100.128/28"))
-	ns := newNamespace(t, "relost")
-	const ipA, ipB = "198.51.100.129", "198.51.100.130"
-	_, a := boundClaimWithAddress(t, ns, "a", "relost", ipA)
-	claimB, b := boundClaimWithAddress(t, ns, "b", "relost", ipB)
+	newPoolClass(t, name, prefix)
+	startFakeMetalLB(t, name, netip.MustParsePrefix(prefix))
+	ns := newNamespace(t, name)
+	_, a := boundClaimWithAddress(t, ns, "a", name, ipA)
+	claimB, b := boundClaimWithAddress(t, ns, "b", name, ipB)
 	waitHeldByPlaceholder(t, a.Name, ipA)
 	waitHeldByPlaceholder(t, b.Name, ipB)
-	claimB.Status.Phase = ipamv1.ClaimLost
+	claimB.Status.Phase = phase
 	if err := admin.Status().Update(ctx, claimB); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +89,13 @@ func TestRelinkToALostClaimDropsTheOldPin(t *testing.T) {
 	})
 	waitHeldByPlaceholder(t, a.Name, ipA)
 	if at := getAddress(t, b.Name).Status.AttachedTo; at != nil {
-		t.Fatalf("the Lost claim's address was attached: %+v", at)
+		t.Fatalf("the %s claim's address was attached: %+v", phase, at)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := ingress(&s); len(got) != 0 {
+		t.Fatalf("the Service still shows %v", got)
 	}
 }
 
@@ -311,5 +330,55 @@ func TestAllocationFailedIsSeen(t *testing.T) {
 	got, err = testDriver.lastAllocationFailed(ctx, waiting)
 	if err != nil || !got.IsZero() {
 		t.Fatalf("waiting placeholder: %v, %v; want none", got, err)
+	}
+}
+
+// Finding 8: when a claim goes while its Service is attached, the Service is unpinned once —
+// by the Service reconciler — not again by the address's teardown: no write refused, no
+// second unpin.
+func TestClaimGoneUnpinsOnce(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "once", "198.51.100.208/28")
+	startFakeMetalLB(t, "once", netip.MustParsePrefix("198.51.100.208/28"))
+	ns := newNamespace(t, "once")
+	const ip = "198.51.100.209"
+	claim, addr := boundClaimWithAddress(t, ns, "c", "once", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	svc := attachedService(t, ns, "web", "c", ip)
+	quiet(t, time.Second)
+	before := writesSnapshot()
+	// The core's part when a claim with reclaim policy Delete goes: the claim is deleting, the
+	// address is deleted and let go at once.
+	claim.Finalizers = []string{ipamv1.FinalizerClaim}
+	if err := admin.Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	releaseByCore(t, addr.Name)
+	eventually(t, "the address gone and the Service unpinned", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		err := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &ipamv1.IPAddress{})
+		return len(PinIPs(&s)) == 0 && client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+	quiet(t, time.Second)
+	_, refused := writesSince(t, "claim gone", before)
+	if len(refused) > 0 {
+		t.Errorf("the apiserver refused driver writes: %v", refused)
+	}
+	if n := seriesCount(driverEvents(t, ns, string(svc.UID), ReasonDetached)); n != 1 {
+		t.Errorf("the Service was unpinned %d times, want once", n)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), claim); err == nil {
+		claim.Finalizers = nil
+		_ = admin.Update(ctx, claim)
 	}
 }
