@@ -83,7 +83,6 @@ func deletedKey(uid string) string                  { return "deleted/" + uid }
 func pinKey(svcUID string) string                   { return "pin/" + svcUID }
 func attachKey(address string) string               { return "attach/" + address }
 func writtenKey(address string) string              { return "written/" + address }
-func unpinKey(svcUID string) string                 { return "unpin/" + svcUID }
 
 // rvAtLeast reports whether resourceVersion have is the one want or newer. Resource versions
 // are etcd revisions here; one that does not parse as a number is compared for equality only.

@@ -102,11 +102,6 @@ func (b *laggingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// withWatchLag makes the driver's cache lag by about d for the rest of the test.
-func withWatchLag(t *testing.T, d time.Duration) {
-	withWatchLagOn(t, "", d)
-}
-
 // withWatchLagOn makes the driver's cache of one resource ("services", "ipaddresses") lag by
 // about d for the rest of the test; "" lags every resource.
 func withWatchLagOn(t *testing.T, resource string, d time.Duration) {
