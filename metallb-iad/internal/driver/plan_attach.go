@@ -97,7 +97,8 @@ func planAttach(v attachView) attachPlan {
 		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides.
 		// Only those: a Service re-linked to a Lost claim from another one does not keep the
 		// other claim's pin (DESIGN §5 Re-link: it ends with the new claim's addresses only).
-		if slices.ContainsFunc(v.attachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) }) {
+		// (Not one the core let go of: its teardown waits for this Service's detach.)
+		if slices.ContainsFunc(v.attachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
 			for _, a := range v.attachedHere {
 				if !ownAddress(claim, a) {
 					p.unattach = append(p.unattach, a)

@@ -132,6 +132,30 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"finding 8: Lost, and the core let go of the attached address: detach (the teardown waits for it)", func() attachView {
+			a := attachedAddr(ip, "t", "web", "web-uid")
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimLost, ip), a)
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 8: Bound, and the core let go of the attached address: detach", func() attachView {
+			a := attachedAddr(ip, "t", "web", "web-uid")
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimBound, ip), a)
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || !hasEvent(p, ReasonAddressNotServable) || p.requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"finding 6: an address not bound to the claim: warning and a scheduled re-check", func() attachView {
 			a := testAddress(ip, Finalizer)
 			a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: "t", Name: "other", UID: "other-uid"}
