@@ -461,6 +461,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		if _, err := driverkit.EnsureFinalizer(ctx, d.client, a, Finalizer); err != nil {
 			return err
 		}
+		d.wroteAddress(a)
 		orig = a.DeepCopy()
 	}
 	for _, s := range p.deleteHolds {
@@ -472,6 +473,9 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		if _, err := driverkit.RemoveFinalizer(ctx, d.client, a, Finalizer); err != nil {
 			return err
 		}
+		// A pass before the cache shows the removal (or the address gone) must not remove it
+		// again: it reads the address uncached meanwhile.
+		d.wroteAddress(a)
 		d.announce.Forget(client.ObjectKeyFromObject(a))
 		return nil
 	}
