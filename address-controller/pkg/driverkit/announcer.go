@@ -3,6 +3,7 @@
 package driverkit
 
 import (
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,8 @@ type Announcer struct {
 	mu    sync.Mutex
 	said  map[types.NamespacedName]*said
 	clock uint64
+	// about indexes the objects by the reasons and topics said about them, for ClearTopic.
+	about map[string]map[types.NamespacedName]struct{}
 }
 
 type said struct {
@@ -65,6 +68,9 @@ func (a *Announcer) remember(obj client.Object, reason, message string) bool {
 	key := client.ObjectKeyFromObject(obj)
 	s := a.said[key]
 	if s == nil || s.uid != obj.GetUID() {
+		if s != nil {
+			a.drop(key, s)
+		}
 		a.evictIfFull()
 		s = &said{uid: obj.GetUID(), messages: map[string]string{}}
 		a.said[key] = s
@@ -75,7 +81,31 @@ func (a *Announcer) remember(obj client.Object, reason, message string) bool {
 		return false
 	}
 	s.messages[reason] = message
+	if a.about == nil {
+		a.about = map[string]map[types.NamespacedName]struct{}{}
+	}
+	if a.about[reason] == nil {
+		a.about[reason] = map[types.NamespacedName]struct{}{}
+	}
+	a.about[reason][key] = struct{}{}
 	return true
+}
+
+// drop removes an object's memory and its entries in the topic index.
+func (a *Announcer) drop(key types.NamespacedName, s *said) {
+	for reason := range s.messages {
+		a.unindex(reason, key)
+	}
+	delete(a.said, key)
+}
+
+func (a *Announcer) unindex(reason string, key types.NamespacedName) {
+	if m := a.about[reason]; m != nil {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(a.about, reason)
+		}
+	}
 }
 
 func (a *Announcer) evictIfFull() {
@@ -94,7 +124,7 @@ func (a *Announcer) evictIfFull() {
 			oldest, at, first = k, s.touched, false
 		}
 	}
-	delete(a.said, oldest)
+	a.drop(oldest, a.said[oldest])
 }
 
 // Clear forgets one reason for an object, so it is said again if the condition comes back.
@@ -108,14 +138,35 @@ func (a *Announcer) Clear(obj client.Object, reason string) bool {
 	}
 	_, had := s.messages[reason]
 	delete(s.messages, reason)
+	a.unindex(reason, client.ObjectKeyFromObject(obj))
 	return had
+}
+
+// ClearTopic forgets a reason or topic for every object it was said about except those keep
+// names (the objects of which it is still true), so that each is said again if it comes back:
+// for a condition that ends without an event about the object it was said about (a Service
+// that stopped holding an address). It costs the number of objects the topic was said about.
+func (a *Announcer) ClearTopic(topic string, keep ...types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key := range a.about[topic] {
+		if slices.Contains(keep, key) {
+			continue
+		}
+		if s := a.said[key]; s != nil {
+			delete(s.messages, topic)
+		}
+		a.unindex(topic, key)
+	}
 }
 
 // Forget drops everything said about an object; call it when the object is gone.
 func (a *Announcer) Forget(key types.NamespacedName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.said, key)
+	if s := a.said[key]; s != nil {
+		a.drop(key, s)
+	}
 }
 
 // Len is how many objects are remembered (for tests and metrics).

@@ -94,3 +94,26 @@ func TestAnnouncerSayAboutKeepsTopicsApart(t *testing.T) {
 		t.Fatalf("a cleared topic is not said again: %+v", rec.events)
 	}
 }
+
+func TestAnnouncerClearTopicKeepsOnlyWhatIsStillTrue(t *testing.T) {
+	rec := &fakeRecorder{}
+	a := &Announcer{Recorder: rec, Capacity: 2}
+	x, y := svc("x", "ux"), svc("y", "uy")
+	a.SayAbout(x, "Conflict/addr", nil, corev1.EventTypeWarning, "Conflict", "Test", "x holds it")
+	a.SayAbout(y, "Conflict/addr", nil, corev1.EventTypeWarning, "Conflict", "Test", "y holds it")
+	a.ClearTopic("Conflict/addr", types.NamespacedName{Namespace: "ns", Name: "y"})
+	if !a.SayAbout(x, "Conflict/addr", nil, corev1.EventTypeWarning, "Conflict", "Test", "x holds it") {
+		t.Fatal("a cleared topic is said again")
+	}
+	if a.SayAbout(y, "Conflict/addr", nil, corev1.EventTypeWarning, "Conflict", "Test", "y holds it") {
+		t.Fatal("a kept topic is not said again")
+	}
+	// The index follows eviction and Forget: nothing is left of a forgotten object.
+	a.Say(svc("z", "uz"), nil, corev1.EventTypeWarning, "Other", "Test", "z")
+	a.Forget(types.NamespacedName{Namespace: "ns", Name: "y"})
+	a.Forget(types.NamespacedName{Namespace: "ns", Name: "z"})
+	a.ClearTopic("Conflict/addr")
+	if a.Len() != 0 || len(a.about) != 0 {
+		t.Fatalf("left over: %d objects, index %v", a.Len(), a.about)
+	}
+}

@@ -3,18 +3,22 @@ package driver
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -50,6 +54,73 @@ func (d *Driver) setupAddresses(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool { return false }})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileAddress))
+}
+
+// sweepPeriodically, every SweepEvery, deletes the holds no address needs whose event was
+// missed: it lists the holds by label in the driver's namespace (never every Service) and
+// deletes those whose address is gone (confirmed uncached) or past its teardown.
+func (d *Driver) sweepPeriodically(ctx context.Context) error {
+	t := time.NewTicker(d.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := d.sweepOrphans(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "sweeping orphaned holds")
+		}
+	}
+}
+
+func (d *Driver) sweepOrphans(ctx context.Context) error {
+	var holds corev1.ServiceList
+	if err := d.client.List(ctx, &holds, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleHold}); err != nil {
+		return err
+	}
+	byAddress := map[string][]*corev1.Service{}
+	for _, s := range d.live(holds.Items) {
+		byAddress[s.Labels[LabelAddress]] = append(byAddress[s.Labels[LabelAddress]], s)
+	}
+	for name, ss := range byAddress {
+		var a ipamv1.IPAddress
+		var err error
+		if name != "" {
+			err = d.client.Get(ctx, types.NamespacedName{Name: name}, &a)
+		}
+		if apierrors.IsNotFound(err) {
+			// The cache may not show an address created a moment ago: ask the apiserver.
+			err = d.reader.Get(ctx, types.NamespacedName{Name: name}, &a)
+		}
+		var addr *ipamv1.IPAddress
+		switch {
+		case name == "":
+		case err == nil:
+			addr = &a
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+		if !orphaned(name, addr) {
+			continue
+		}
+		for _, s := range ss {
+			if err := d.deleteService(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// orphaned decides whether the holds labelled with address (nil: no such IPAddress) are left
+// over: no address of that name, or one being deleted whose teardown is done (the core let go
+// and this driver's finalizer is gone).
+func orphaned(name string, a *ipamv1.IPAddress) bool {
+	if name == "" || a == nil {
+		return true
+	}
+	return driverkit.TeardownMayStart(a) && !controllerutil.ContainsFinalizer(a, Finalizer)
 }
 
 // ownClass passes only events of this driver's classes.
@@ -110,20 +181,35 @@ func (d *Driver) addressesOfService(ctx context.Context, o client.Object) []reco
 
 // reconcileAddress: snapshot → planAddress → writes.
 func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var a ipamv1.IPAddress
-	if err := d.client.Get(ctx, req.NamespacedName, &a); err != nil {
+	var cached ipamv1.IPAddress
+	if err := d.client.Get(ctx, req.NamespacedName, &cached); err != nil {
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
+			if d.eventSweepOff.Load() {
+				return reconcile.Result{}, nil
+			}
 			return reconcile.Result{}, d.sweepHolds(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
 	}
-	v, err := d.addressSnapshot(ctx, &a)
+	a, err := d.freshAddress(ctx, &cached)
+	if err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	v, err := d.addressSnapshot(ctx, a)
 	if err != nil || v == nil {
 		return reconcile.Result{}, err
 	}
 	p := planAddress(*v)
-	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAddressPlan(ctx, &a, p)
+	if doubtful(v, p) {
+		// A new hold or a new Conflict rests on the cached Services, which may not show what
+		// the Service reconciler just wrote (a pin, a released ingress): confirm uncached.
+		if err := d.refreshServices(ctx, v); err != nil {
+			return reconcile.Result{}, err
+		}
+		p = planAddress(*v)
+	}
+	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAddressPlan(ctx, a, p)
 }
 
 func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*addressView, error) {
@@ -151,6 +237,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.holds, err = d.holdsOf(ctx, a.Name); err != nil {
 		return nil, err
 	}
+	if v.failedAt, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
+		return nil, err
+	}
 	if len(v.holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 	} else {
@@ -174,6 +263,130 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 		return nil, err
 	}
 	return v, nil
+}
+
+// freshAddress returns the address as fresh as this driver's own last write of it: the cached
+// one once the cache shows that write, else the apiserver's (DESIGN §5a: no decision on a cached
+// object this driver has just written, and no write refused for a stale resourceVersion).
+func (d *Driver) freshAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
+	rv, ok := d.expect.Pending(writtenKey(a.Name), d.now())
+	if !ok {
+		return a, nil
+	}
+	if rvAtLeast(a.ResourceVersion, rv) {
+		d.expect.Observed(writtenKey(a.Name))
+		return a, nil
+	}
+	var f ipamv1.IPAddress
+	if err := d.reader.Get(ctx, client.ObjectKeyFromObject(a), &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// wroteAddress records a write of the address (its new resourceVersion) until the cache shows it.
+func (d *Driver) wroteAddress(a *ipamv1.IPAddress) {
+	d.expect.Expect(writtenKey(a.Name), a.ResourceVersion, d.now())
+}
+
+// doubtful: the plan creates a hold or raises a Conflict (or names other wrongful Services).
+func doubtful(v *addressView, p addressPlan) bool {
+	if p.createHold != nil {
+		return true
+	}
+	if p.status == nil {
+		return false
+	}
+	c := meta.FindStatusCondition(p.status.Conditions, ipamv1.ConditionConflict)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return false
+	}
+	o := meta.FindStatusCondition(v.addr.Status.Conditions, ipamv1.ConditionConflict)
+	return o == nil || o.Status != metav1.ConditionTrue || o.Message != c.Message
+}
+
+// refreshServices re-reads uncached the Services the address's view rests on: the attached
+// one and those that show the IP.
+func (d *Driver) refreshServices(ctx context.Context, v *addressView) error {
+	if v.attached != nil {
+		var s corev1.Service
+		err := d.reader.Get(ctx, client.ObjectKeyFromObject(v.attached), &s)
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && s.UID != v.attached.UID):
+			v.attached, v.attachedGone = nil, true
+		case err != nil:
+			return err
+		default:
+			v.attached = &s
+		}
+	}
+	holders := v.holders[:0]
+	for _, h := range v.holders {
+		var s corev1.Service
+		if err := d.reader.Get(ctx, client.ObjectKeyFromObject(h.svc), &s); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		h.svc = &s
+		h.inIngress = slices.Contains(IngressIPs(&s), v.ip)
+		h.inExternalIPs = slices.Contains(ExternalIPs(&s), v.ip)
+		if h.inIngress || h.inExternalIPs {
+			holders = append(holders, h)
+		}
+	}
+	v.holders = holders
+	return nil
+}
+
+// allocationFailures looks up, uncached, MetalLB's latest AllocationFailed report on each
+// placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it.
+func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, error) {
+	out := map[types.UID]time.Time{}
+	for _, s := range placeholders {
+		if !mayNudge(s, now, d.NudgeAfter) {
+			continue
+		}
+		t, err := d.lastAllocationFailed(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out[s.UID] = t
+	}
+	return out, nil
+}
+
+// lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service (zero when
+// never): an uncached list of the Events on it of that reason.
+func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, error) {
+	var evs corev1.EventList
+	if err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.uid", string(s.UID)),
+		fields.OneTermEqualSelector("reason", "AllocationFailed"))}); err != nil {
+		return time.Time{}, err
+	}
+	var last time.Time
+	for i := range evs.Items {
+		if t := eventTime(&evs.Items[i]); t.After(last) {
+			last = t
+		}
+	}
+	return last, nil
+}
+
+// eventTime is when an event was last seen.
+func eventTime(e *corev1.Event) time.Time {
+	t := e.LastTimestamp.Time
+	for _, u := range []time.Time{e.FirstTimestamp.Time, e.EventTime.Time} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	if e.Series != nil && e.Series.LastObservedTime.After(t) {
+		t = e.Series.LastObservedTime.Time
+	}
+	return t
 }
 
 // holdsOf lists the hold placeholders of an address, without those being deleted.
@@ -248,12 +461,8 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		if _, err := driverkit.EnsureFinalizer(ctx, d.client, a, Finalizer); err != nil {
 			return err
 		}
+		d.wroteAddress(a)
 		orig = a.DeepCopy()
-	}
-	if p.unpin != nil {
-		if err := d.unpin(ctx, p.unpin); err != nil {
-			return err
-		}
 	}
 	for _, s := range p.deleteHolds {
 		if err := d.deleteService(ctx, s); err != nil {
@@ -264,6 +473,9 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		if _, err := driverkit.RemoveFinalizer(ctx, d.client, a, Finalizer); err != nil {
 			return err
 		}
+		// A pass before the cache shows the removal (or the address gone) must not remove it
+		// again: it reads the address uncached meanwhile.
+		d.wroteAddress(a)
 		d.announce.Forget(client.ObjectKeyFromObject(a))
 		return nil
 	}
@@ -289,13 +501,28 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		}
 	}
 	if p.status != nil {
+		// The driver alone writes attachedTo and these conditions (DESIGN §2), and its view of
+		// them is fresh (freshAddress): a merge patch of them needs no resourceVersion lock, so
+		// the core's phase writes never make it fail. (Attaching keeps the lock: one Service wins.)
 		a.Status = *p.status
-		if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return err
+		if err := d.client.Status().Patch(ctx, a, client.MergeFrom(orig)); err != nil {
+			return client.IgnoreNotFound(err)
 		}
+		d.wroteAddress(a)
 	}
+	d.unsay(p.unsay)
 	d.emit(p.events)
 	return nil
+}
+
+func (d *Driver) unsay(us []unsay) {
+	for _, u := range us {
+		if u.obj != nil {
+			d.announce.Clear(u.obj, u.topic)
+		} else {
+			d.announce.ClearTopic(u.topic, u.keep...)
+		}
+	}
 }
 
 // deleteService deletes a placeholder (precondition: its uid) and remembers it until the cache

@@ -90,6 +90,10 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 			return v, err
 		}
 	}
+	var err error
+	if v.failedAt, err = d.allocationFailures(ctx, v.placeholders, v.now); err != nil {
+		return v, err
+	}
 	// What each served placeholder's IP already is.
 	for _, s := range v.placeholders {
 		ip, ok := servedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily]))

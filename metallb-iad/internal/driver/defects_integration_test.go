@@ -126,6 +126,14 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	}()
 	defer w.Stop()
 
+	// The driver's cache of Services lags its own creates and relabels (the informer of the
+	// placeholders behind that of the claims): a pass that decides from the cache alone makes a
+	// second placeholder (TEST_NO_EXPECTATIONS=1 shows it).
+	withWatchLagOn(t, "services", 30*time.Millisecond)
+	// The core's part: it writes each new address's phase as soon as it sees it, while the
+	// driver writes the address's Held condition (the race behind the benchmark's 409s).
+	stopCore := playCorePhases(t, "dup")
+	defer stopCore()
 	before := writesSnapshot()
 	var claims []*ipamv1.IPAddressClaim
 	for i := range n {
@@ -156,18 +164,16 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	})
 	// The claims stay Pending (no core here): give the driver time to do anything more.
 	time.Sleep(2 * time.Second)
-	after := writesSnapshot()
-	var total int64
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			total += d
-			t.Logf("driver writes %-28s %4d (%.2f per address)", k, d, float64(d)/n)
-		}
-	}
+	total, refused := writesSince(t, "provisioning", before)
 	t.Logf("driver writes per provisioned address: %.2f", float64(total)/n)
 	// Placeholder create, address create, pin+relabel, the address's Held status: 4.
 	if float64(total)/n > 4 {
 		t.Errorf("the driver made %.2f writes per provisioned address, want at most 4", float64(total)/n)
+	}
+	// A refused write (a 409 on a stale object, a 404 on a deleted one) is a write decided on a
+	// view that did not include the driver's own writes.
+	if len(refused) > 0 {
+		t.Errorf("the apiserver refused driver writes: %v", refused)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -226,9 +232,10 @@ func TestRelinkAndDetachWithoutConflict(t *testing.T) {
 		}
 		return true, nil
 	}
-	// From here the driver's cache lags its own writes, as on a loaded apiserver: decisions must
-	// rest on a view that includes them.
-	withWatchLag(t, 150*time.Millisecond)
+	// From here the driver's cache of Services lags its own writes and the addresses' (the
+	// skew of two informers on a loaded apiserver): decisions must rest on a view that
+	// includes them.
+	withWatchLagOn(t, "services", 150*time.Millisecond)
 	var s corev1.Service
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
 		t.Fatal(err)
@@ -359,21 +366,7 @@ func TestLostClaimKeepsItsService(t *testing.T) {
 	const ip = "203.0.113.81"
 	claim, addr := boundClaimWithAddress(t, ns, "c", "keep", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
-	time.Sleep(time.Second) // settle, so that the count below is the attach alone
-	before := writesSnapshot()
 	svc := attachedService(t, ns, "web", "c", ip)
-	time.Sleep(time.Second)
-	var writes int64
-	for k, v := range writesSnapshot() {
-		if d := v - before[k]; d > 0 {
-			writes += d
-			t.Logf("attach: driver writes %-24s %d", k, d)
-		}
-	}
-	// Record attachedTo (with Held), delete the hold, pin the Service (DESIGN §5a: at most 3).
-	if writes > 3 {
-		t.Errorf("the attach took %d driver writes, want at most 3", writes)
-	}
 	claim.Status.Phase = ipamv1.ClaimLost
 	if err := admin.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)

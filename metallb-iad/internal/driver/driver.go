@@ -2,12 +2,14 @@ package driver
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -37,6 +39,9 @@ type Driver struct {
 	NudgeAfter time.Duration
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
+	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
+	// (an address gone, or deleted and past teardown) whose event was missed. A minute when zero.
+	SweepEvery time.Duration
 
 	client client.Client
 	// reader reads the apiserver directly: only to confirm what the cache does not show yet of
@@ -45,6 +50,9 @@ type Driver struct {
 	announce *driverkit.Announcer
 	expect   *expectations
 	now      func() time.Time
+	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
+	// periodic sweep alone).
+	eventSweepOff atomic.Bool
 }
 
 // SetupWithManager registers the indexes and every controller of the driver.
@@ -55,6 +63,12 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.now = time.Now
 	if d.NudgeAfter == 0 {
 		d.NudgeAfter = 3 * time.Second
+	}
+	if d.SweepEvery == 0 {
+		d.SweepEvery = driverkit.MaxRecheck
+	}
+	if err := mgr.Add(manager.RunnableFunc(d.sweepPeriodically)); err != nil {
+		return err
 	}
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics(mgr.GetCache(), d.Namespace, d.MetalLBNamespace)

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"strconv"
 	"sync"
 	"time"
 )
@@ -16,6 +17,8 @@ type expectations struct {
 	// sweepAt is the size at which Expect next drops expired entries (an entry whose object the
 	// cache never shows, or no longer shows, is not looked up again).
 	sweepAt int
+	// off makes every expectation look met at once (only to show a test failing without them).
+	off bool
 }
 
 type expected struct {
@@ -48,7 +51,7 @@ func (e *expectations) Pending(key string, now time.Time) (string, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.m[key]
-	if !ok {
+	if !ok || e.off {
 		return "", false
 	}
 	if now.Sub(x.at) > e.ttl {
@@ -79,3 +82,15 @@ func holdKey(address string) string                 { return "hold/" + address }
 func deletedKey(uid string) string                  { return "deleted/" + uid }
 func pinKey(svcUID string) string                   { return "pin/" + svcUID }
 func attachKey(address string) string               { return "attach/" + address }
+func writtenKey(address string) string              { return "written/" + address }
+
+// rvAtLeast reports whether resourceVersion have is the one want or newer. Resource versions
+// are etcd revisions here; one that does not parse as a number is compared for equality only.
+func rvAtLeast(have, want string) bool {
+	h, err1 := strconv.ParseUint(have, 10, 64)
+	w, err2 := strconv.ParseUint(want, 10, 64)
+	if err1 != nil || err2 != nil {
+		return have == want
+	}
+	return h >= w
+}

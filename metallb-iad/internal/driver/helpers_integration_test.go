@@ -304,4 +304,31 @@ func (f *fakeMetalLB) pass() {
 	}
 }
 
+// playCorePhases plays the core's phase writes: each address of the class gets phase Bound (a
+// status patch under a resourceVersion precondition, as the core makes it) as soon as it is
+// seen, until the returned stop is called.
+func playCorePhases(t *testing.T, class string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var list ipamv1.IPAddressList
+			if err := admin.List(ctx, &list); err == nil {
+				for i := range list.Items {
+					a := &list.Items[i]
+					if a.Spec.ClassName != class || a.Status.Phase == ipamv1.AddressBound {
+						continue
+					}
+					patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+					a.Status.Phase = ipamv1.AddressBound
+					_ = admin.Status().Patch(ctx, a, patch)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 var _ = wait.ForeverTestTimeout

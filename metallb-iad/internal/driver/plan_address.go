@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -57,6 +59,10 @@ type addressView struct {
 	// the IP.
 	holders []holder
 
+	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
+	// for those mayNudge).
+	failedAt map[types.UID]time.Time
+
 	namespace  string
 	now        time.Time
 	nudgeAfter time.Duration
@@ -72,19 +78,21 @@ type holder struct {
 }
 
 // addressPlan is what the address reconciler writes, in this order: the finalizer; on teardown
-// the attached Service's unpin, the holds' deletion, then the finalizer's removal; otherwise the
-// holds (create, pin, nudge, delete surplus) and then the driver's status.
+// (once the Service reconciler detached the Service) the holds' deletion, then the finalizer's
+// removal; otherwise the holds (create, pin, nudge, delete surplus) and then the driver's status.
 type addressPlan struct {
 	addFinalizer    bool
-	unpin           *corev1.Service
 	deleteHolds     []*corev1.Service
 	removeFinalizer bool
 	createHold      *corev1.Service
 	pinHold         *corev1.Service
 	nudge           *corev1.Service
 	// status is the driver's part of the status to write, nil when unchanged.
-	status  *ipamv1.IPAddressStatus
-	events  []event
+	status *ipamv1.IPAddressStatus
+	events []event
+	// unsay are the say-once memories of conditions that ended, so that a recurrence is said
+	// again.
+	unsay   []unsay
 	requeue time.Duration
 }
 
@@ -142,6 +150,8 @@ func planAddress(v addressView) addressPlan {
 		// adopted): it attaches next; holding the IP now would only fight it.
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
 			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
+		// Nothing waits on an event alone (DESIGN §5a): the adoption is looked at again.
+		p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
 	default:
 		planHold(v, status, &p)
 	}
@@ -149,8 +159,14 @@ func planAddress(v addressView) addressPlan {
 	if lostReason != "" {
 		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
 		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonLost, message: lostMessage, once: true})
+		// A pool or class event usually ends Lost; a scheduled re-check makes sure of it.
+		p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(conditionSince(a, ipamv1.ConditionLost, v.now), v.now, time.Second))
 	} else if meta.FindStatusCondition(status.Conditions, ipamv1.ConditionLost) != nil {
 		setCondition(a, status, ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
+		if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
+			// Said once while it lasted; a recurrence is said again.
+			p.unsay = append(p.unsay, unsay{obj: a, topic: ReasonLost})
+		}
 	}
 
 	planConflict(v, adopter, status, &p)
@@ -165,11 +181,12 @@ func planAddress(v addressView) addressPlan {
 // (only a pin of ours that names the IP), the holds go, then the finalizer; MetalLB returns the
 // IP to the pool.
 func planTeardown(v addressView) addressPlan {
-	p := addressPlan{deleteHolds: v.holds, removeFinalizer: true}
 	if s := v.attached; s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.ip) {
-		p.unpin = s
+		// The Service reconciler detaches it (it alone unpins a Service: one write, not two
+		// racing ones); the finalizer stays until then, so the IP is never freed under a pin.
+		return addressPlan{requeue: driverkit.Recheck(v.addr.DeletionTimestamp.Time, v.now, time.Second)}
 	}
-	return p
+	return addressPlan{deleteHolds: v.holds, removeFinalizer: true}
 }
 
 // planHold keeps exactly one placeholder pinned to an address that no Service uses.
@@ -189,7 +206,7 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 			s := releasingHolder(v)
 			setCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
 				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.ip, s.Namespace, s.Name))
-			p.requeue = driverkit.Recheck(a.CreationTimestamp.Time, v.now, time.Second)
+			p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
 			return
 		default:
 			p.createHold = HoldService(v.namespace, a.Name, v.ip, v.class.Spec.Parameters[ClassParameterPool])
@@ -225,27 +242,50 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	}
 	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
-	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter)
+	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID])
 	if nudge {
 		p.nudge = hold
 	}
 	p.requeue = wait
 }
 
-// nudgeDue decides whether a placeholder MetalLB has not served should be touched now (MetalLB
-// does not retry a failed allocation by itself until some other Service is deleted), and when to
-// look again: every nudgeAfter at first, backing off to a quarter of its age, at most a minute.
-func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration) (bool, time.Duration) {
-	last := s.CreationTimestamp.Time
-	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
-		last = t
-	}
+// nudgeDue decides whether a placeholder MetalLB has not served should be touched now, and when
+// to look again. MetalLB does not retry a failed allocation by itself until some other Service
+// is deleted; a placeholder it has not refused is merely waiting its turn, and a touch would be
+// a wasted write. So a nudge needs MetalLB's AllocationFailed since the last touch (failedAt,
+// zero when none was seen), at most every nudgeAfter at first, backing off to a quarter of the
+// placeholder's age, at most a minute; without such a report, only after a minute of silence (an
+// event MetalLB's recorder dropped must not strand it).
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time) (bool, time.Duration) {
+	last := lastTouch(s)
 	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
 	every = min(every, driverkit.MaxRecheck)
 	if wait := every - now.Sub(last); wait > 0 {
 		return false, wait
 	}
-	return true, every
+	// Event times have a resolution of a second.
+	if !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second)) {
+		return true, every
+	}
+	if silent := now.Sub(last); silent >= driverkit.MaxRecheck {
+		return true, every
+	}
+	return false, every
+}
+
+// lastTouch is when a placeholder was created or last nudged.
+func lastTouch(s *corev1.Service) time.Time {
+	last := s.CreationTimestamp.Time
+	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
+		last = t
+	}
+	return last
+}
+
+// mayNudge: a placeholder MetalLB has not served, untouched for nudgeAfter, for which the
+// snapshot looks up MetalLB's AllocationFailed reports.
+func mayNudge(s *corev1.Service, now time.Time, nudgeAfter time.Duration) bool {
+	return len(IngressIPs(s)) == 0 && now.Sub(lastTouch(s)) >= nudgeAfter
 }
 
 // lostVerdict says why MetalLB can no longer serve the address, or "" when it can: the class's
@@ -337,16 +377,43 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 			topic: ReasonServiceConflict + "/" + a.Name})
 	}
 	slices.Sort(wrongful)
+	if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
+		// The Services no longer wrongful are told again if they come back (finding 5).
+		keep := make([]types.NamespacedName, 0, len(wrongful))
+		for _, w := range wrongful {
+			ns, name, _ := strings.Cut(w, "/")
+			keep = append(keep, types.NamespacedName{Namespace: ns, Name: name})
+		}
+		p.unsay = append(p.unsay, unsay{topic: ReasonServiceConflict + "/" + a.Name, keep: keep})
+	}
 	if len(wrongful) == 0 {
 		if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
 			setCondition(a, status, ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
 			p.events = append(p.events, event{obj: a, reason: ReasonConflictResolved, message: fmt.Sprintf("no other Service holds %s any more", v.ip)})
+			p.unsay = append(p.unsay, unsay{obj: a, topic: ipamv1.ConditionConflict})
 		}
 		return
 	}
 	msg := fmt.Sprintf("Service %s holds %s outside the reservation", strings.Join(wrongful, ", "), v.ip)
 	setCondition(a, status, ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
 	p.events = append(p.events, event{obj: a, warning: true, reason: ipamv1.ConditionConflict, message: msg, once: true})
+}
+
+// unsay forgets what was said once about a condition that ended: about obj, or (obj nil) about
+// every object but keep.
+type unsay struct {
+	obj   client.Object
+	topic string
+	keep  []types.NamespacedName
+}
+
+// conditionSince is when the address's condition last changed status, or now when it has none:
+// the start of a wait that a re-check backs off from.
+func conditionSince(a *ipamv1.IPAddress, typ string, now time.Time) time.Time {
+	if c := meta.FindStatusCondition(a.Status.Conditions, typ); c != nil && !c.LastTransitionTime.IsZero() {
+		return c.LastTransitionTime.Time
+	}
+	return now
 }
 
 func attachedMessage(s *corev1.Service) string {

@@ -138,9 +138,20 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatal("not pinned")
 			}
 		}},
-		{"hold not served for long: nudged", view(testAddress(ip, Finalizer), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, false)} }),
+		{"hold refused by MetalLB for long: nudged", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.failedAt = map[types.UID]time.Time{v.holds[0].UID: v.holds[0].CreationTimestamp.Time}
+		}),
 			func(t *testing.T, p addressPlan) {
 				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"finding 12: hold waiting, not refused by MetalLB: no nudge, a re-check", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+		}),
+			func(t *testing.T, p addressPlan) {
+				if p.nudge != nil || p.requeue <= 0 || p.requeue > time.Minute {
 					t.Fatalf("%+v", p)
 				}
 			}},
@@ -178,32 +189,32 @@ func TestPlanAddress(t *testing.T) {
 		}},
 		{"defect 1: deleted while the core protects it: keeps holding, nothing torn down", view(deleting(ipamv1.FinalizerAddress, Finalizer),
 			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
-			if p.removeFinalizer || len(p.deleteHolds) != 0 || p.unpin != nil || p.addFinalizer {
+			if p.removeFinalizer || len(p.deleteHolds) != 0 || p.addFinalizer {
 				t.Fatalf("%+v", p)
 			}
 		}},
 		{"defect 1: deleted while attached and protected: the Service keeps its pin", view(deleting(ipamv1.FinalizerAddress, Finalizer),
 			func(v *addressView) { v.attached = tenant }), func(t *testing.T, p addressPlan) {
-			if p.removeFinalizer || p.unpin != nil {
+			if p.removeFinalizer {
 				t.Fatalf("%+v", p)
 			}
 		}},
 		{"teardown once the core let go: holds go, finalizer goes", view(deleting(Finalizer),
 			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
-			if !p.removeFinalizer || len(p.deleteHolds) != 1 || p.unpin != nil {
+			if !p.removeFinalizer || len(p.deleteHolds) != 1 {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"teardown of an attached address unpins our pin", view(deleting(Finalizer), func(v *addressView) { v.attached = tenant }),
+		{"finding 8: teardown of an attached address waits for the Service reconciler's detach, with a re-check", view(deleting(Finalizer), func(v *addressView) { v.attached = tenant }),
 			func(t *testing.T, p addressPlan) {
-				if !p.removeFinalizer || p.unpin != tenant {
+				if p.removeFinalizer || len(p.deleteHolds) != 0 || p.requeue <= 0 || p.requeue > time.Minute {
 					t.Fatalf("%+v", p)
 				}
 			}},
 		{"teardown leaves a pin that does not name the IP", view(deleting(Finalizer), func(v *addressView) {
 			v.attached = pinned(svc("t", "web", "web-uid"), "203.0.113.9")
 		}), func(t *testing.T, p addressPlan) {
-			if !p.removeFinalizer || p.unpin != nil {
+			if !p.removeFinalizer {
 				t.Fatalf("%+v", p)
 			}
 		}},
@@ -215,7 +226,7 @@ func TestPlanAddress(t *testing.T) {
 		}},
 		{"our finalizer removed by hand while the core protects it: keeps holding", view(deleting(ipamv1.FinalizerAddress),
 			func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
-			if len(p.deleteHolds) != 0 || p.removeFinalizer || p.unpin != nil {
+			if len(p.deleteHolds) != 0 || p.removeFinalizer {
 				t.Fatalf("%+v", p)
 			}
 		}},
@@ -258,11 +269,65 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
+		{"finding 6: Lost (held): a scheduled re-check, capped", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = nil
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+		}), func(t *testing.T, p addressPlan) {
+			if c := cond(p, ipamv1.ConditionLost); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatal("not Lost")
+			}
+			if p.requeue <= 0 || p.requeue > time.Minute {
+				t.Fatalf("requeue %v", p.requeue)
+			}
+		}},
+		{"finding 6: Lost while attached: a scheduled re-check too", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = nil
+			v.attached = tenant
+		}), func(t *testing.T, p addressPlan) {
+			if p.requeue <= 0 || p.requeue > time.Minute {
+				t.Fatalf("requeue %v", p.requeue)
+			}
+		}},
+		{"finding 5: Lost that ends forgets the say-once memory", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionLost, Status: metav1.ConditionTrue, Reason: ReasonOutsidePool}}
+			return a
+		}(), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			if len(p.unsay) != 1 || p.unsay[0].obj == nil || p.unsay[0].topic != ReasonLost {
+				t.Fatalf("%+v", p.unsay)
+			}
+		}},
+		{"finding 5: a Conflict that resolves forgets what was said on the address and the Services", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionConflict, Status: metav1.ConditionTrue, Reason: ReasonHeldByOther}}
+			return a
+		}(), func(v *addressView) { v.holds = []*corev1.Service{hold(name, ip, true)} }), func(t *testing.T, p addressPlan) {
+			var onAddr, onSvcs bool
+			for _, u := range p.unsay {
+				onAddr = onAddr || (u.obj != nil && u.topic == ipamv1.ConditionConflict)
+				onSvcs = onSvcs || (u.obj == nil && u.topic == ReasonServiceConflict+"/"+name && len(u.keep) == 0)
+			}
+			if !onAddr || !onSvcs {
+				t.Fatalf("%+v", p.unsay)
+			}
+		}},
+		{"finding 5: a Conflict that goes on keeps the memory of the Services still wrongful", view(func() *ipamv1.IPAddress {
+			a := testAddress(ip, Finalizer)
+			a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionConflict, Status: metav1.ConditionTrue, Reason: ReasonHeldByOther}}
+			return a
+		}(), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+			v.holders = []holder{{svc: svc("t", "thief", "thief-uid", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.unsay) != 1 || len(p.unsay[0].keep) != 1 || p.unsay[0].keep[0].Name != "thief" {
+				t.Fatalf("%+v", p.unsay)
+			}
+		}},
 		{"defect 8: Lost while attached: the pin stays", view(testAddress(ip, Finalizer), func(v *addressView) {
 			v.pool = nil
 			v.attached = tenant
 		}), func(t *testing.T, p addressPlan) {
-			if p.unpin != nil || (p.status != nil && p.status.AttachedTo != nil && p.status.AttachedTo.Name != "web") {
+			if p.status != nil && p.status.AttachedTo != nil && p.status.AttachedTo.Name != "web" {
 				t.Fatalf("%+v", p)
 			}
 			if c := cond(p, ipamv1.ConditionLost); c == nil || c.Status != metav1.ConditionTrue {
@@ -336,6 +401,10 @@ func TestPlanAddress(t *testing.T) {
 			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAdopting {
 				t.Fatalf("%+v", c)
 			}
+			// finding 6: nothing waits on an event alone.
+			if p.requeue <= 0 || p.requeue > time.Minute {
+				t.Fatalf("adopting without a re-check: %v", p.requeue)
+			}
 		}},
 		{"settled: no writes", view(func() *ipamv1.IPAddress {
 			a := testAddress(ip, Finalizer)
@@ -369,17 +438,35 @@ func TestPoolAddresses(t *testing.T) {
 }
 
 func TestNudgeDue(t *testing.T) {
-	s := svc(testDriverNS, "p", "p")
-	if due, wait := nudgeDue(s, t0.Add(time.Second), 3*time.Second); due || wait != 2*time.Second {
-		t.Fatalf("young: %v %v", due, wait)
+	const every = 3 * time.Second
+	nudged := func(at time.Time) *corev1.Service {
+		s := svc(testDriverNS, "p", "p")
+		s.Annotations[AnnotationNudge] = at.Format(time.RFC3339Nano)
+		return s
 	}
-	if due, _ := nudgeDue(s, t0.Add(4*time.Second), 3*time.Second); !due {
-		t.Fatal("not nudged after nudgeAfter")
-	}
-	s.Annotations[AnnotationNudge] = t0.Add(time.Hour).Format(time.RFC3339Nano)
-	due, wait := nudgeDue(s, t0.Add(time.Hour+time.Second), 3*time.Second)
-	if due || wait > time.Minute {
-		t.Fatalf("old: backoff capped at a minute, got %v %v", due, wait)
+	var none time.Time
+	for _, tc := range []struct {
+		name     string
+		s        *corev1.Service
+		now      time.Time
+		failedAt time.Time
+		due      bool
+		wait     time.Duration // 0: any positive wait up to a minute
+	}{
+		{"young: wait for nudgeAfter", svc(testDriverNS, "p", "p"), t0.Add(time.Second), t0, false, 2 * time.Second},
+		{"refused by MetalLB, nudgeAfter passed: nudge", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), t0, true, 0},
+		{"finding 12: not refused, merely waiting: no nudge, look again", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), none, false, 0},
+		{"finding 12: a refusal older than the last nudge does not count", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0, false, 0},
+		{"refused again after the last nudge: nudge", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0.Add(11 * time.Second), true, 0},
+		{"silent for a minute (an event dropped): nudge anyway", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, true, 0},
+		{"old: backoff capped at a minute", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Second), t0.Add(time.Hour), false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			due, wait := nudgeDue(tc.s, tc.now, every, tc.failedAt)
+			if due != tc.due || wait <= 0 || wait > time.Minute || (tc.wait != 0 && wait != tc.wait) {
+				t.Fatalf("nudgeDue = %v, %v; want %v, %v", due, wait, tc.due, tc.wait)
+			}
+		})
 	}
 }
 
@@ -391,5 +478,34 @@ func TestPlanAddressWhileItsPlaceholderSettles(t *testing.T) {
 	}))
 	if pl.createHold != nil || pl.status != nil || len(pl.events) != 0 || pl.requeue == 0 {
 		t.Fatalf("the provisioning placeholder becoming the hold is no conflict and needs no second hold: %+v", pl)
+	}
+}
+
+func TestOrphaned(t *testing.T) {
+	const ip = "203.0.113.5"
+	now := metav1.NewTime(t0)
+	deletingAddr := func(finalizers ...string) *ipamv1.IPAddress {
+		a := testAddress(ip, finalizers...)
+		a.DeletionTimestamp = &now
+		return a
+	}
+	for _, tc := range []struct {
+		name   string
+		label  string
+		addr   *ipamv1.IPAddress
+		orphan bool
+	}{
+		{"no address of that name", testAddress(ip).Name, nil, true},
+		{"no address label at all", "", nil, true},
+		{"a live address", testAddress(ip).Name, testAddress(ip, Finalizer), false},
+		{"deleted while the core protects it", testAddress(ip).Name, deletingAddr(ipamv1.FinalizerAddress, Finalizer), false},
+		{"deleted, core let go, teardown not done yet: the address's pass does it", testAddress(ip).Name, deletingAddr(Finalizer), false},
+		{"deleted past teardown (another finalizer keeps it)", testAddress(ip).Name, deletingAddr("example.com/other"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := orphaned(tc.label, tc.addr); got != tc.orphan {
+				t.Fatalf("orphaned = %v, want %v", got, tc.orphan)
+			}
+		})
 	}
 }

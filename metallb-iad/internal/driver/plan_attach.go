@@ -94,11 +94,20 @@ func planAttach(v attachView) attachPlan {
 		p.detach = true
 		return p
 	case claim.Status.Phase == ipamv1.ClaimLost:
-		// An attached Service keeps its pin while the claim is Lost: the tenant decides.
-		if len(v.attachedHere) > 0 {
+		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides.
+		// Only those: a Service re-linked to a Lost claim from another one does not keep the
+		// other claim's pin (DESIGN §5 Re-link: it ends with the new claim's addresses only).
+		// (Not one the core let go of: its teardown waits for this Service's detach.)
+		if slices.ContainsFunc(v.attachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
+			for _, a := range v.attachedHere {
+				if !ownAddress(claim, a) {
+					p.unattach = append(p.unattach, a)
+				}
+			}
 			return p
 		}
 		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is Lost; the Service gets no address from it", claim.Namespace, claim.Name))
+		wait()
 		p.detach = true
 		return p
 	case claim.Status.Phase != ipamv1.ClaimBound:
@@ -136,6 +145,10 @@ func planAttach(v attachView) attachPlan {
 		if !driverkit.BoundTo(a, claim) || !v.servable[a.Name] || driverkit.TeardownMayStart(a) {
 			say(ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
 				claim.Status.Addresses[i].Name, claim.Name))
+			wait()
+			// A Service attached to it lets go: the address's teardown waits for this detach
+			// (the Service reconciler alone unpins).
+			p.detach = slices.ContainsFunc(v.attachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
 			return p
 		}
 		if at := a.Status.AttachedTo; at != nil && !attachedTo(at, svc) {
@@ -169,6 +182,11 @@ func planAttach(v attachView) attachPlan {
 		}
 	}
 	return p
+}
+
+// ownAddress reports whether the claim's status lists the address.
+func ownAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) bool {
+	return slices.ContainsFunc(claim.Status.Addresses, func(ca ipamv1.ClaimedAddress) bool { return ca.Name == a.Name })
 }
 
 // attachedTo reports whether an attachment names the Service (namespace, name, and uid unless

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,6 +109,59 @@ func TestPlanAttach(t *testing.T) {
 			return v
 		}(), func(t *testing.T, p attachPlan) {
 			if p.detach || p.pin != "" || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 2: re-linked to a Lost claim from another: the other claim's pin goes, with a re-check", func() attachView {
+			const ipB = "203.0.113.6"
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimLost, ipB), testAddress(ipB, Finalizer))
+			v.attachedHere = []*ipamv1.IPAddress{attachedAddr(ip, "t", "web", "web-uid")}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || p.pin != "" || len(p.attach) != 0 || p.requeue <= 0 || !hasEvent(p, ReasonClaimNotReady) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 2: Lost while attached to its own and a left-over address: only its own stays", func() attachView {
+			const ipB = "203.0.113.6"
+			v := attachViewOf(pinned(tenantSvc(), ipB), boundClaim(ipamv1.ClaimLost, ipB), attachedAddr(ipB, "t", "web", "web-uid"))
+			v.attachedHere = []*ipamv1.IPAddress{attachedAddr(ip, "t", "web", "web-uid"), v.addrs[0]}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if p.detach || p.pin != "" || len(p.unattach) != 1 || p.unattach[0].Name != testAddress(ip).Name {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 8: Lost, and the core let go of the attached address: detach (the teardown waits for it)", func() attachView {
+			a := attachedAddr(ip, "t", "web", "web-uid")
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimLost, ip), a)
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 8: Bound, and the core let go of the attached address: detach", func() attachView {
+			a := attachedAddr(ip, "t", "web", "web-uid")
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimBound, ip), a)
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || !hasEvent(p, ReasonAddressNotServable) || p.requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 6: an address not bound to the claim: warning and a scheduled re-check", func() attachView {
+			a := testAddress(ip, Finalizer)
+			a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: "t", Name: "other", UID: "other-uid"}
+			return attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), a)
+		}(), func(t *testing.T, p attachPlan) {
+			if !hasEvent(p, ReasonAddressNotServable) || p.requeue <= 0 || p.requeue > time.Minute || len(p.attach) != 0 {
 				t.Fatalf("%+v", p)
 			}
 		}},

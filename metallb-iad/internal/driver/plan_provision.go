@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -33,6 +34,10 @@ type provisionView struct {
 	holdOf    map[string]string
 	// nextName is the name a new placeholder of the family gets.
 	nextName map[ipamv1.IPFamily]string
+
+	// failedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
+	// up only for those mayNudge).
+	failedAt map[types.UID]time.Time
 
 	namespace  string
 	now        time.Time
@@ -117,7 +122,7 @@ func planProvision(v provisionView) provisionPlan {
 		}
 		ip, ok := servedIP(s, fam)
 		if !ok {
-			nudge, wait := nudgeDue(s, v.now, v.nudgeAfter)
+			nudge, wait := nudgeDue(s, v.now, v.nudgeAfter, v.failedAt[s.UID])
 			if nudge {
 				p.nudge = append(p.nudge, s)
 			}

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
@@ -77,11 +78,20 @@ func TestPlanProvision(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"not served yet: nudged after a while, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
+		{"refused by MetalLB: nudged after a while, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
+			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.now = t0.Add(10 * time.Second)
+			v.failedAt = map[types.UID]time.Time{v.placeholders[0].UID: t0.Add(time.Second)}
+		}), func(t *testing.T, p provisionPlan) {
+			if len(p.nudge) != 1 || p.requeue <= 0 || p.requeue > time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 12: not served yet, not refused: no nudge, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
 			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
 			v.now = t0.Add(10 * time.Second)
 		}), func(t *testing.T, p provisionPlan) {
-			if len(p.nudge) != 1 || p.requeue <= 0 || p.requeue > time.Minute {
+			if len(p.nudge) != 0 || p.requeue <= 0 || p.requeue > time.Minute {
 				t.Fatalf("%+v", p)
 			}
 		}},

@@ -21,11 +21,12 @@ package driver
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
 // In its own namespace: placeholder Services are created and deleted there only; leader
-// election's Lease and its events (core group).
+// election's Lease and its events (core group); MetalLB's AllocationFailed events on the
+// placeholders are listed before a placeholder is nudged.
 //
 // +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=services,verbs=create;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=cozy-metallb-iad,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch;list
 //
 // In MetalLB's namespace: its pools, read only.
 //

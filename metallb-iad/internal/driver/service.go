@@ -30,12 +30,18 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 			return d.servicesLinkedTo(ctx, o.GetNamespace(), o.GetName())
 		})).
 		// An address released by another Service may let a waiting Service attach.
+		// An address being torn down lets its attached Service go (the detach is the Service
+		// reconciler's).
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			ref := o.(*ipamv1.IPAddress).Spec.ClaimRef
-			if ref == nil {
-				return nil
+			a := o.(*ipamv1.IPAddress)
+			var reqs []reconcile.Request
+			if ref := a.Spec.ClaimRef; ref != nil {
+				reqs = d.servicesLinkedTo(ctx, ref.Namespace, ref.Name)
 			}
-			return d.servicesLinkedTo(ctx, ref.Namespace, ref.Name)
+			if at := a.Status.AttachedTo; at != nil {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: at.Namespace, Name: at.Name}})
+			}
+			return reqs
 		})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileService))
@@ -115,7 +121,11 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		return v, err
 	}
 	for i := range attached.Items {
-		if a := &attached.Items[i]; attachedTo(a.Status.AttachedTo, svc) {
+		a, err := d.freshAddress(ctx, &attached.Items[i])
+		if err != nil {
+			return v, client.IgnoreNotFound(err)
+		}
+		if attachedTo(a.Status.AttachedTo, svc) {
 			v.attachedHere = append(v.attachedHere, a)
 		}
 	}
@@ -137,15 +147,20 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 	v.servable = map[string]bool{}
 	v.elsewhere = map[string]bool{}
 	for _, ca := range claim.Status.Addresses {
-		var a ipamv1.IPAddress
-		if err := d.client.Get(ctx, types.NamespacedName{Name: ca.Name}, &a); err != nil {
+		var cached ipamv1.IPAddress
+		err := d.client.Get(ctx, types.NamespacedName{Name: ca.Name}, &cached)
+		var a *ipamv1.IPAddress
+		if err == nil {
+			a, err = d.freshAddress(ctx, &cached)
+		}
+		if err != nil {
 			if !apierrors.IsNotFound(err) {
 				return v, err
 			}
 			v.addrs = append(v.addrs, nil)
 			continue
 		}
-		v.addrs = append(v.addrs, &a)
+		v.addrs = append(v.addrs, a)
 		if uid, ok := d.expect.Pending(attachKey(a.Name), v.now); ok {
 			if at := a.Status.AttachedTo; at != nil && string(at.UID) == uid {
 				d.expect.Observed(attachKey(a.Name))
@@ -193,6 +208,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err
 		}
+		d.wroteAddress(a)
 		d.expect.Expect(attachKey(a.Name), string(svc.UID), d.now())
 	}
 	// 2. Release the holds.
@@ -236,7 +252,11 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 		return err
 	}
 	for i := range attached.Items {
-		if a := &attached.Items[i]; attachedTo(a.Status.AttachedTo, svc) {
+		a, err := d.freshAddress(ctx, &attached.Items[i])
+		if err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if attachedTo(a.Status.AttachedTo, svc) {
 			if err := d.clearAttachment(ctx, a); err != nil {
 				return err
 			}
@@ -253,6 +273,7 @@ func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error
 	if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	d.wroteAddress(a)
 	d.announce.Recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
 		"no longer attached to Service %s/%s; held by a placeholder again", at.Namespace, at.Name)
 	return nil
@@ -265,6 +286,15 @@ func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error
 // never clears an address MetalLB assigned afterwards; while recorded, the IPs are not a
 // Conflict.
 func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
+	if _, ok := d.expect.Pending(pinKey(string(svc.UID)), d.now()); ok {
+		// This driver pinned the Service a moment ago and the cache may not show it: decide
+		// from the apiserver's Service, or the pin would stay.
+		var fresh corev1.Service
+		if err := d.reader.Get(ctx, client.ObjectKeyFromObject(svc), &fresh); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		*svc = fresh
+	}
 	d.expect.Observed(pinKey(string(svc.UID)))
 	releasing := svc.Annotations[AnnotationReleasing]
 	if svc.Annotations[AnnotationPinned] == "true" {
@@ -282,7 +312,9 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 	}
 	released := parseIPList(releasing)
 	if slices.ContainsFunc(IngressIPs(svc), func(ip netip.Addr) bool { return slices.Contains(released, ip) }) {
-		status := client.MergeFrom(svc.DeepCopy())
+		// MetalLB writes this status too: clear it only as read (resourceVersion precondition);
+		// on a conflict the pass runs again on a fresh view and clears only a released IP.
+		status := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		svc.Status.LoadBalancer.Ingress = nil
 		if err := d.client.Status().Patch(ctx, svc, status); err != nil {
 			return client.IgnoreNotFound(err)

@@ -55,7 +55,8 @@ func kubeWatchServices(ctx context.Context) (watch.Interface, error) {
 	return watcher.Watch(ctx, &corev1.ServiceList{}, client.InNamespace(testDriverNS))
 }
 
-// driverWrites counts the driver's API writes by "VERB resource[/subresource]".
+// driverWrites counts the driver's API writes by "VERB resource[/subresource]", and those the
+// apiserver refused again by "STATUS VERB resource[/subresource]".
 var driverWrites sync.Map
 
 type countingTransport struct{ next http.RoundTripper }
@@ -67,30 +68,46 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		n.(*atomic.Int64).Add(1)
 	}
 	resp, err := c.next.RoundTrip(req)
+	if err == nil && req.Method != http.MethodGet && resp.StatusCode >= 400 {
+		// A refused write (409 Conflict, 404 Not Found) is a wasted write: counted apart too.
+		key := fmt.Sprintf("%d %s %s", resp.StatusCode, req.Method, writeResource(req.URL.Path))
+		n, _ := driverWrites.LoadOrStore(key, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 	if err == nil && req.URL.Query().Get("watch") == "true" {
-		resp.Body = &laggingBody{ReadCloser: resp.Body}
+		resp.Body = &laggingBody{ReadCloser: resp.Body, resource: writeResource(req.URL.Path)}
 	}
 	return resp, err
 }
 
 // watchLag, while set, delays what the driver's watches receive: its cache then lags behind its
-// own writes, as on a loaded apiserver.
-var watchLag atomic.Int64
+// own writes, as on a loaded apiserver. lagOnly, when set, limits it to the watch of one
+// resource ("services"): one informer behind the others, the skew that fools a decision.
+var (
+	watchLag atomic.Int64
+	lagOnly  atomic.Value // string
+)
 
-type laggingBody struct{ io.ReadCloser }
+type laggingBody struct {
+	io.ReadCloser
+	resource string
+}
 
 func (b *laggingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if d := time.Duration(watchLag.Load()); d > 0 && n > 0 {
+	only, _ := lagOnly.Load().(string)
+	if d := time.Duration(watchLag.Load()); d > 0 && n > 0 && (only == "" || only == b.resource) {
 		time.Sleep(d)
 	}
 	return n, err
 }
 
-// withWatchLag makes the driver's cache lag by about d for the rest of the test.
-func withWatchLag(t *testing.T, d time.Duration) {
+// withWatchLagOn makes the driver's cache of one resource ("services", "ipaddresses") lag by
+// about d for the rest of the test; "" lags every resource.
+func withWatchLagOn(t *testing.T, resource string, d time.Duration) {
+	lagOnly.Store(resource)
 	watchLag.Store(int64(d))
-	t.Cleanup(func() { watchLag.Store(0) })
+	t.Cleanup(func() { watchLag.Store(0); lagOnly.Store("") })
 }
 
 // writeResource names the resource of a write's path: services, services/status, ipaddresses,
@@ -107,6 +124,26 @@ func writeResource(path string) string {
 		}
 	}
 	return path
+}
+
+// writesSince sums the driver's writes since before (a writesSnapshot), logging each kind, and
+// returns the refused ones (409, 404, ...) by kind.
+func writesSince(t *testing.T, what string, before map[string]int64) (total int64, refused map[string]int64) {
+	t.Helper()
+	refused = map[string]int64{}
+	for k, v := range writesSnapshot() {
+		d := v - before[k]
+		if d <= 0 {
+			continue
+		}
+		t.Logf("%s: driver writes %-32s %d", what, k, d)
+		if k[0] >= '0' && k[0] <= '9' {
+			refused[k] = d
+			continue
+		}
+		total += d
+	}
+	return total, refused
 }
 
 // writesSnapshot copies driverWrites.
@@ -180,13 +217,24 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour}
+	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery()}
 	testDriver = d
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
+	// TEST_NO_EXPECTATIONS shows the tests of the expectations failing without them.
+	d.expect.off = os.Getenv("TEST_NO_EXPECTATIONS") != ""
 	go func() { _ = mgr.Start(ctx) }()
 	return m.Run()
+}
+
+// sweepEvery is the test driver's orphan-sweep period: a second, or $TEST_SWEEP_EVERY (an hour
+// shows the periodic sweep's test failing without it).
+func sweepEvery() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("TEST_SWEEP_EVERY")); err == nil {
+		return d
+	}
+	return time.Second
 }
 
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
