@@ -157,7 +157,7 @@ func (d *Driver) provision(ctx context.Context, claim *ipamv1.IPAddressClaim, cl
 		} else if !apierrors.IsNotFound(err) {
 			return err
 		}
-		err := d.client.Create(ctx, driverkit.PreBoundAddress(ip, class, claim, d.Finalizer()))
+		err := d.client.Create(ctx, driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, class, claim, d.Finalizer()), claim))
 		if apierrors.IsAlreadyExists(err) {
 			continue
 		}

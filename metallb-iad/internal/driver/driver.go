@@ -5,14 +5,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
 // The driver is four reconcilers, each of the same shape: read a snapshot (snapshot*.go),
@@ -84,13 +83,10 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-// controllerOptions: the failure backoff is capped at a minute like every scheduled re-check
-// (DESIGN §5a), instead of client-go's default of about 17 minutes.
+// controllerOptions are the project's (pkg/manager): the failure backoff is capped at a minute
+// like every scheduled re-check (DESIGN §5a), instead of client-go's default of about 17 minutes.
 func (d *Driver) controllerOptions() controller.Options {
-	return controller.Options{
-		MaxConcurrentReconciles: max(d.Workers, 1),
-		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, driverkit.MaxRecheck),
-	}
+	return projectmanager.ControllerOptions(d.Workers)
 }
 
 // event is one event a plan asks for. Once-events are said through the Announcer: again only

@@ -133,7 +133,7 @@ func planProvision(v provisionView) provisionPlan {
 		a := v.addresses[name]
 		switch {
 		case a == nil:
-			p.settle = append(p.settle, settlement{svc: s, address: driverkit.PreBoundAddress(ip, v.class, claim, Finalizer)})
+			p.settle = append(p.settle, settlement{svc: s, address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.class, claim, Finalizer), claim)})
 		case v.holdOf[name] == s.Name:
 			// Relabelled as the address's hold a moment ago; the cache is behind.
 		case driverkit.TeardownMayStart(a):

@@ -78,6 +78,19 @@ func TestPlanProvision(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"served placeholder of a Service's auto-claim: the address carries the auto-claim mark", pview(func() *ipamv1.IPAddressClaim {
+			c := stampedClaim(ipamv1.IPv4)
+			c.Annotations[ipamv1.AnnotationAutoClaim] = "true"
+			yes := true
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "svc-uid", Controller: &yes}}
+			return c
+		}(), func(v *provisionView) {
+			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+		}), func(t *testing.T, p provisionPlan) {
+			if len(p.settle) != 1 || p.settle[0].address.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+				t.Fatalf("the auto-claim's address is not marked: %+v", p.settle)
+			}
+		}},
 		{"refused by MetalLB: nudged after a while, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
 			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
 			v.now = t0.Add(10 * time.Second)
