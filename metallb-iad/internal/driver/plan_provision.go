@@ -130,7 +130,9 @@ func planProvision(v provisionView) provisionPlan {
 		case a == nil:
 			p.settle = append(p.settle, settlement{svc: s, address: driverkit.PreBoundAddress(ip, v.class, claim, Finalizer)})
 		case v.holdOf[name] == s.Name:
-			// Relabelled as the address's hold a moment ago; the cache is behind.
+			// Relabelled as the address's hold a moment ago; the cache is behind. Look again
+			// soon: the claim still misses the family (DESIGN §5a, never an event alone).
+			p.requeue = driverkit.Sooner(p.requeue, time.Second)
 		case driverkit.TeardownMayStart(a):
 			// The IP's address is being torn down: never relabel a placeholder as its hold. The
 			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
