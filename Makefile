@@ -173,8 +173,9 @@ test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PRO
 	cd e2e && CHAOS_SEED=$(or $(CHAOS_SEED),$(CHAOS_SEED_TEST)) $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
 
 .PHONY: chaos
-chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure.
+chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/reliability.md.
 	cd e2e && CHAOS_OPS=$(or $(CHAOS_OPS),1000) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_RATE=$(CHAOS_FAULT_RATE) \
+		CHAOS_REPORT=$(if $(CHAOS_REPORT),$(abspath $(CHAOS_REPORT))) \
 		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v . ./chaos
 
 .PHONY: sandbox
