@@ -56,8 +56,9 @@ type claimAddresses struct {
 
 // sortClaimAddresses decides which of the addresses referencing claim (by namespace/name) it
 // keeps. Addresses carrying the uid of an older claim of the same name are ignored: they are
-// not this claim's. For each family the address the claim's status lists wins, else the oldest,
-// so that a race between two binds always ends the same way and a bound claim is never rebound.
+// not this claim's. For each family the address already in the claim's status wins (a Bound
+// claim's addresses never change), else the oldest, so that a race between two binds always
+// ends the same way.
 func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) claimAddresses {
 	out := claimAddresses{kept: map[ipamv1.IPFamily]*ipamv1.IPAddress{}}
 	wanted := map[ipamv1.IPFamily]bool{}
@@ -76,15 +77,12 @@ func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) 
 		}
 		mine = append(mine, a)
 	}
-	// The addresses the claim's status lists come first: a claim keeps what it was bound to
-	// (an older address given its claimRef later, by an admin or a racing writer, never
-	// replaces it). Then the oldest, then the lowest name.
-	listed := func(a *ipamv1.IPAddress) bool {
-		return slices.ContainsFunc(claim.Status.Addresses, func(ca ipamv1.ClaimedAddress) bool { return ca.Name == a.Name })
+	inStatus := func(a *ipamv1.IPAddress) bool {
+		return slices.ContainsFunc(claim.Status.Addresses, func(c ipamv1.ClaimedAddress) bool { return c.Name == a.Name })
 	}
 	slices.SortFunc(mine, func(a, b *ipamv1.IPAddress) int {
-		if la, lb := listed(a), listed(b); la != lb {
-			if la {
+		if sa, sb := inStatus(a), inStatus(b); sa != sb {
+			if sa {
 				return -1
 			}
 			return 1
