@@ -366,6 +366,21 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 	if p.requeue > driverkit.MaxRecheck || p.requeue < 0 {
 		t.Fatalf("requeue %v", p.requeue)
 	}
+	// A placeholder the plan leaves as it is, although no claim needs it (the claim is gone,
+	// settled, or has another one for the family), is looked at again: it is waiting for the
+	// cache to show a relabel, and nothing else would bring its claim key back (found by the
+	// chaos test, seed 123529108: a gone claim's placeholder stayed provisioning for good while
+	// the address reconciler waited for it to become the hold).
+	for _, s := range v.placeholders {
+		if seen[s.Name] != "" {
+			continue
+		}
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		kept := needs && s.Labels[LabelClaimUID] == string(claim.UID) && !v.have[fam] && slices.Contains(claim.Spec.Family.Families(), fam)
+		if !kept && (p.requeue <= 0 || p.requeue > driverkit.MaxRecheck) {
+			t.Fatalf("placeholder %s left as it is with no re-check (requeue %v), though no claim needs it", s.Name, p.requeue)
+		}
+	}
 	writes := len(p.create) + len(p.settle) + len(p.toHold) + len(p.delete)
 	if claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && len(driverkit.MissingFamilies(claim, v.have)) > 0 && writes == 0 && p.requeue <= 0 {
 		t.Fatalf("claim waits for %v with nothing to write and no re-check", driverkit.MissingFamilies(claim, v.have))
@@ -998,5 +1013,25 @@ func TestPlanProvisionRechecksARelabelLeftBehindByTheCache(t *testing.T) {
 	}
 	if p.requeue <= 0 || p.requeue > driverkit.MaxRecheck {
 		t.Fatalf("the claim still misses IPv6, yet the re-check is %v", p.requeue)
+	}
+}
+
+// Found by the chaos test (seed 123529108) and then by FuzzPlanProvision
+// (testdata/fuzz/FuzzPlanProvision/ad1a4c1ade67ac01): a gone claim's provisioning placeholder
+// that MetalLB gave another claim's address, under the name of a hold of that address deleted a
+// moment before (placeholder names are reused), looked like that address's hold "the cache has
+// not shown yet": the plan left it alone with no re-check, the claim key never came back, and
+// the address reconciler waited for the placeholder to become its hold for good.
+func TestPlanProvisionRechecksAGoneClaimsPlaceholder(t *testing.T) {
+	const ip = "203.0.113.1"
+	p := planProvision(pview(nil, func(v *provisionView) {
+		s := provisioning("claim-uid", ipamv1.IPv4, ip)
+		v.placeholders = []*corev1.Service{s}
+		a := testAddress(ip, Finalizer, ipamv1.FinalizerAddress)
+		v.addresses[a.Name] = a
+		v.holdOf[a.Name] = s.Name // the expectation of a hold of that name, now gone
+	}))
+	if p.requeue <= 0 || p.requeue > driverkit.MaxRecheck {
+		t.Fatalf("a gone claim's placeholder left with re-check %v: %s", p.requeue, describeProvision(p))
 	}
 }

@@ -88,7 +88,11 @@ func planProvision(v provisionView) provisionPlan {
 			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
 				switch v.holdOf[a.Name] {
 				case s.Name:
-					continue // it is that address's hold already; the cache is behind
+					// It is that address's hold already; the cache is behind. Look again soon:
+					// if the relabel never shows (the name was a hold's that is gone since),
+					// nothing else brings this claim key back (DESIGN §5a).
+					p.requeue = driverkit.Sooner(p.requeue, time.Second)
+					continue
 				case "":
 					p.toHold = append(p.toHold, handover{svc: s, address: a.Name, ip: ip})
 					continue
