@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -182,6 +183,11 @@ func TestChaos(t *testing.T) {
 			}
 			summary := r.summary(seed, ops, faultRate, started, converged, violations)
 			t.Log(summary)
+			if path := os.Getenv("CHAOS_REPORT"); path != "" {
+				if err := r.appendReport(path, seed, ops, faultRate, started, converged, violations); err != nil {
+					t.Errorf("CHAOS_REPORT: %v", err)
+				}
+			}
 			if len(violations) > 0 {
 				dir := local.KeepDir()
 				logPath := filepath.Join(dir, fmt.Sprintf("chaos-%d.log", seed))
@@ -674,6 +680,55 @@ func (r *chaosRun) summary(seed uint64, ops int, faultRate float64, started time
 		fmt.Fprintf(&b, " %s=%d", k, byInv[k])
 	}
 	return b.String()
+}
+
+// appendReport appends the run as a row of the table in docs/reliability.md: date, commit (with
+// "+dirty" when the checkout has uncommitted changes), seed, operations, fault rate, kills and
+// stalls per component, duration, convergence, violations per invariant.
+func (r *chaosRun) appendReport(path string, seed uint64, ops int, faultRate float64, started time.Time, converged time.Duration, v []chaos.Violation) error {
+	commit := "unknown"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			commit += "+dirty"
+		}
+	}
+	faults := func(kind string) string {
+		var parts []string
+		total := 0
+		for _, k := range slices.Sorted(mapsKeys(r.faults)) {
+			if name, ok := strings.CutPrefix(k, kind+" "); ok {
+				parts = append(parts, fmt.Sprintf("%s %d", name, r.faults[k]))
+				total += r.faults[k]
+			}
+		}
+		if total == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
+	}
+	byInv := map[string]int{}
+	for _, x := range v {
+		byInv[x.Invariant]++
+	}
+	violations := strconv.Itoa(len(v))
+	if len(v) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(mapsKeys(byInv)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, byInv[k]))
+		}
+		violations += " (" + strings.Join(parts, ", ") + ")"
+	}
+	row := fmt.Sprintf("| %s | %s | %d | %d | %g | %s | %s | %s | %s | %s |\n",
+		started.UTC().Format("2006-01-02 15:04"), commit, seed, ops, faultRate, faults("kill"), faults("stall"),
+		time.Since(started).Round(time.Second), converged.Round(time.Second), violations)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString(row)
+	return err
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {

@@ -93,7 +93,11 @@ func planProvision(v provisionView) provisionPlan {
 			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
 				switch v.holdOf[a.Name] {
 				case s.Name:
-					continue // it is that address's hold already; the cache is behind
+					// It is that address's hold already; the cache is behind. Look again soon:
+					// if the relabel never shows (the name was a hold's that is gone since),
+					// nothing else brings this claim key back (DESIGN §5a).
+					p.requeue = driverkit.Sooner(p.requeue, time.Second)
+					continue
 				case "":
 					p.toHold = append(p.toHold, handover{svc: s, address: a.Name, ip: ip})
 					continue
@@ -135,7 +139,9 @@ func planProvision(v provisionView) provisionPlan {
 		case a == nil:
 			p.settle = append(p.settle, settlement{svc: s, address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.class, claim, Finalizer), claim)})
 		case v.holdOf[name] == s.Name:
-			// Relabelled as the address's hold a moment ago; the cache is behind.
+			// Relabelled as the address's hold a moment ago; the cache is behind. Look again
+			// soon: the claim still misses the family (DESIGN §5a, never an event alone).
+			p.requeue = driverkit.Sooner(p.requeue, time.Second)
 		case driverkit.TeardownMayStart(a):
 			// The IP's address is being torn down: never relabel a placeholder as its hold. The
 			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
