@@ -185,8 +185,10 @@ func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live 
 		prev := *a.Spec.ClaimRef
 		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		a.Spec.ClaimRef = nil
-		if err := r.Client.Patch(ctx, a, patch); err != nil {
-			return reconcile.Result{}, ignoreConflict(err)
+		if err := r.Client.Patch(ctx, a, patch); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: raceRetry}, nil // changed since read: decide again
+		} else if err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "ReleaseDelayPassed", "Release",
 			"released from claim %s/%s for longer than the class's releaseDelay (%s); now Available",

@@ -250,12 +250,19 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		kept[plan.family] = bound
 	}
 	for _, a := range p.sorted.needUID {
-		if err := r.completeUID(ctx, claim, a); err != nil {
+		if err := r.completeUID(ctx, claim, a); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: raceRetry}, nil // as for the surplus below
+		} else if err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	for _, a := range p.sorted.surplus {
-		if err := r.unbindSurplus(ctx, claim, a); err != nil {
+		if err := r.unbindSurplus(ctx, claim, a); apierrors.IsConflict(err) {
+			// Another writer changed the address since it was read: decide again. Its write may
+			// be one this controller is not woken by (a driver's status write), and a Bound claim
+			// has no scheduled re-check, so the retry is this pass's to ask for.
+			return reconcile.Result{RequeueAfter: raceRetry}, nil
+		} else if err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -488,14 +495,17 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *ipamv1.IPAddressClaim
 func (r *ClaimReconciler) completeUID(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	a.Spec.ClaimRef.UID = claim.UID
-	return ignoreConflict(r.Client.Patch(ctx, a, patch))
+	return client.IgnoreNotFound(r.Client.Patch(ctx, a, patch))
 }
 
 func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	a.Spec.ClaimRef = nil
 	if err := r.Client.Patch(ctx, a, patch); err != nil {
-		return ignoreConflict(err)
+		if apierrors.IsNotFound(err) {
+			return nil // gone: nothing left to unbind
+		}
+		return err
 	}
 	r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "SurplusAddressReleased", "Unbind",
 		"IPAddress %s (%s) was a second address for one family; made it Available again", a.Name, a.Spec.Address)

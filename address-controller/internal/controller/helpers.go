@@ -27,15 +27,6 @@ func removeFinalizer(ctx context.Context, c client.Client, o client.Object, fina
 	return client.IgnoreNotFound(c.Patch(ctx, o, patch))
 }
 
-// ignoreConflict treats a lost optimistic-concurrency race as success: the winner's change
-// brings a new event and a fresh pass.
-func ignoreConflict(err error) error {
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // deletionPredicate passes updates that start an object's deletion or change its finalizers.
 func deletionPredicate() predicate.Predicate {
 	return predicate.Funcs{
