@@ -374,10 +374,13 @@ type classMeta struct {
 }
 
 // decideClassMeta decides the core's metadata writes on a class that is not being deleted. A
-// class marked for auto-claim gets the time the mark took effect, stored in the class so that
-// every replica and every restart agrees on it: its creation when the core first sees it marked
-// (it has no finalizer yet: marked at creation, or while no core ran), else now. An unmarked
-// class loses it, so that marking it again later starts anew.
+// class marked for auto-claim gets the time the core first saw the mark, stored in the class so
+// that every replica and every restart agrees on it. Not the class's creation, even for a class
+// the core sees for the first time: it may have been created unmarked and marked while no core
+// ran, and the Services that got addresses in between must keep them (the product page: a
+// Service that already has an address is skipped); erring late only skips a Service that won an
+// address in a race while no core ran. An unmarked class loses the stamp, so that marking it
+// again later starts anew.
 func decideClassMeta(class *ipamv1.IPAddressClass, finalizer string, now time.Time) classMeta {
 	var m classMeta
 	seen := slices.Contains(class.Finalizers, finalizer)
@@ -385,8 +388,6 @@ func decideClassMeta(class *ipamv1.IPAddressClass, finalizer string, now time.Ti
 	marked := class.Annotations[ipamv1.AnnotationAutoClaimClass] == "true"
 	_, stamped := class.Annotations[ipamv1.AnnotationAutoClaimEnabledAt]
 	switch {
-	case marked && !stamped && !seen:
-		m.enabledAt = class.CreationTimestamp.UTC().Format(time.RFC3339)
 	case marked && !stamped:
 		m.enabledAt = now.UTC().Format(time.RFC3339)
 	case !marked && stamped:

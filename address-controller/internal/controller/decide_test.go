@@ -301,7 +301,7 @@ func TestDecideClassMeta(t *testing.T) {
 		want  classMeta
 	}{
 		{"new, unmarked: the finalizer", mk(false, false, ""), classMeta{finalizer: true}},
-		{"new, marked: the finalizer and its creation", mk(false, true, ""), classMeta{finalizer: true, enabledAt: t0.UTC().Format(time.RFC3339)}},
+		{"new, marked: the finalizer and now, not its creation (it may have been marked later, while no core ran)", mk(false, true, ""), classMeta{finalizer: true, enabledAt: now.UTC().Format(time.RFC3339)}},
 		{"seen, marked now: now", mk(true, true, ""), classMeta{enabledAt: now.UTC().Format(time.RFC3339)}},
 		{"seen, marked and stamped: nothing", mk(true, true, stamp), classMeta{}},
 		{"seen, unmarked and stamped: the stamp goes", mk(true, false, stamp), classMeta{clearEnabledAt: true}},

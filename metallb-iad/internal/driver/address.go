@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -350,7 +351,11 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 		}
 		t, err := d.lastAllocationFailed(ctx, s)
 		if err != nil {
-			return nil, err
+			// Not knowing MetalLB's last report must not stop the rest of the pass (teardown,
+			// Lost, Conflict, the hold): without one, the nudge waits for a minute of silence.
+			log.FromContext(ctx).Info("cannot read MetalLB's AllocationFailed events; nudging after the silence instead",
+				"service", s.Namespace+"/"+s.Name, "error", err.Error())
+			continue
 		}
 		out[s.UID] = t
 	}
@@ -502,11 +507,18 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	}
 	if p.status != nil {
 		// The driver alone writes attachedTo and these conditions (DESIGN §2), and its view of
-		// them is fresh (freshAddress): a merge patch of them needs no resourceVersion lock, so
-		// the core's phase writes never make it fail. (Attaching keeps the lock: one Service wins.)
+		// them is fresh (freshAddress): a merge patch of the conditions needs no resourceVersion
+		// lock, so the core's phase writes never make it fail. A patch that changes attachedTo
+		// keeps the lock: the Service reconciler writes it too (a re-created Service of the same
+		// name attaching while this pass decided the old one was gone), and one of the two
+		// must see the other's write and decide again.
 		a.Status = *p.status
-		if err := d.client.Status().Patch(ctx, a, client.MergeFrom(orig)); err != nil {
-			return client.IgnoreNotFound(err)
+		patch := client.MergeFrom(orig)
+		if !equality.Semantic.DeepEqual(orig.Status.AttachedTo, a.Status.AttachedTo) {
+			patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+		}
+		if err := d.client.Status().Patch(ctx, a, patch); err != nil {
+			return client.IgnoreNotFound(err) // a conflict is retried with backoff, on a fresh read
 		}
 		d.wroteAddress(a)
 	}

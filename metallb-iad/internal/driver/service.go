@@ -122,8 +122,10 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 	}
 	for i := range attached.Items {
 		a, err := d.freshAddress(ctx, &attached.Items[i])
-		if err != nil {
-			return v, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			continue // gone since the cache listed it: not attached here, and no reason to detach
+		} else if err != nil {
+			return v, err
 		}
 		if attachedTo(a.Status.AttachedTo, svc) {
 			v.attachedHere = append(v.attachedHere, a)
@@ -253,8 +255,10 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
 	}
 	for i := range attached.Items {
 		a, err := d.freshAddress(ctx, &attached.Items[i])
-		if err != nil {
-			return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			continue // gone: the other addresses (a Dual claim's) still get cleared
+		} else if err != nil {
+			return err
 		}
 		if attachedTo(a.Status.AttachedTo, svc) {
 			if err := d.clearAttachment(ctx, a); err != nil {
