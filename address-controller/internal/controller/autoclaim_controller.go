@@ -178,8 +178,9 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		var ok bool
 		if enabled, ok = autoClaimEnabledAt(class); !ok {
 			// The class controller has yet to stamp when auto-claim took effect: its write
-			// brings the next pass (autoClaimTurnedOn); until then, look again now and then.
-			return reconcile.Result{RequeueAfter: minRecheck}, nil
+			// brings the next pass (autoClaimTurnedOn); until then, look again now and then,
+			// backing off (a class whose stamp never comes must not cost a pass a second).
+			return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(class.CreationTimestamp.Time))}, nil
 		}
 	}
 	if autoClaimSkip(&svc, enabled) != "" {
