@@ -1,14 +1,11 @@
 package controller
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -517,33 +514,13 @@ func waitEvent(t *testing.T, namespace, name, reason string) eventsv1.Event {
 	return found[0]
 }
 
-// auditedWrites counts the writes user made since `since`, skipping leader-election leases.
+// auditedWrites lists the writes user made since `since` ("VERB URI"), skipping
+// leader-election leases (auditedRecords, in budget_test.go, reads the log).
 func auditedWrites(t *testing.T, user string, since time.Time) []string {
 	t.Helper()
-	f, err := os.Open(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			Verb       string    `json:"verb"`
-			RequestURI string    `json:"requestURI"`
-			Stamp      time.Time `json:"requestReceivedTimestamp"`
-			User       struct {
-				Username string `json:"username"`
-			} `json:"user"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stamp.Before(since) {
-			continue
-		}
-		if strings.Contains(ev.RequestURI, "/leases/") {
-			continue
-		}
-		out = append(out, ev.Verb+" "+ev.RequestURI)
+	for _, r := range auditedRecords(t, user, since) {
+		out = append(out, r.Verb+" "+r.URI)
 	}
 	return out
 }
