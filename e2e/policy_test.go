@@ -291,6 +291,13 @@ func TestAdmissionPolicy(t *testing.T) {
 				err := c.Create(ctx, s)
 				return err == nil && strings.Contains(w.all(), "metallb.io/address-pool"), nil
 			})
+			eventually(ctx, t, 30*time.Second, "an external IP to be admitted with a warning", func(ctx context.Context) (bool, error) {
+				c, w := as(t, "alice")
+				s := clusterIPService(tenant, fmt.Sprintf("warned-ext-%d", time.Now().UnixNano()))
+				s.Spec.ExternalIPs = []string{"192.0.2.40"} // not reserved: no Conflict for the tests after
+				err := c.Create(ctx, s)
+				return err == nil && strings.Contains(w.all(), "spec.externalIPs") && strings.Contains(w.all(), "192.0.2.40"), nil
+			})
 
 			// guardExternalIPs=false leaves external IPs to whatever else governs them.
 			applyDriverChart(ctx, t, map[string]any{"guardExternalIPs": false})

@@ -1,6 +1,7 @@
 package policycel
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,13 @@ func FuzzServicePinsPolicy(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
+	// Writes whose only difference is spec.externalIPs, for each user and each old/new pair: the
+	// short seeds above end before the generator's external-IP bytes.
+	for user := range 5 {
+		for _, ext := range [][2]byte{{0, 1}, {1, 3}, {3, 1}, {1, 2}, {2, 2}} {
+			f.Add(externalIPSeed(byte(user), ext[0], ext[1]))
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req := GenRequest(b, driverUser)
 		got, err := p.Evaluate(req)
@@ -50,6 +58,60 @@ func FuzzServicePinsPolicy(f *testing.F) {
 			t.Fatalf("denial message does not name the user %s: %q", req.Username, got.Message)
 		}
 	})
+}
+
+// externalIPSeed is GenRequest's input for an update by Users()[user] that changes nothing but
+// spec.externalIPs, from externalIPValues[old] to externalIPValues[new].
+func externalIPSeed(user, old, new byte) []byte {
+	b := []byte{1, user}
+	b = append(b, make([]byte, 3*(len(ProtectedAnnotations)+len(unprotectedAnnotations))+3)...)
+	return append(b, old, new, 1)
+}
+
+// The external-IP guard (CVE-2020-8554): a tenant may not add or change external IPs, may keep or
+// remove them; the driver and admins may do anything; a denial says what to do instead.
+func TestExternalIPGuard(t *testing.T) {
+	p, _ := loadPolicy(t)
+	if !p.MentionsExternalIPs() {
+		t.Fatal("the chart's default policy does not guard spec.externalIPs")
+	}
+	for _, tc := range []struct {
+		name          string
+		user, old, nu byte
+		allowed       bool
+	}{
+		{"tenant adds one", 0, 0, 1, false},
+		{"tenant appends one", 0, 1, 3, false},
+		{"tenant replaces one", 0, 1, 2, false},
+		{"tenant keeps them", 0, 3, 3, true},
+		{"tenant removes one", 0, 3, 1, true},
+		{"tenant removes all", 0, 1, 0, true},
+		{"driver adds one", 1, 0, 1, true},
+		{"admin group adds one", 2, 0, 1, true},
+		{"driver's name in another namespace adds one", 3, 0, 1, false},
+		{"look-alike admin group adds one", 4, 0, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := GenRequest(externalIPSeed(tc.user, tc.old, tc.nu), driverUser)
+			if got, want := req.Object["spec"].(map[string]any)["externalIPs"], externalIPValues[tc.nu]; len(want) > 0 && fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("seed builds externalIPs %v, want %v: the generator's layout changed", got, want)
+			}
+			d, err := p.Evaluate(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v (%q), want %v", d.Allowed, d.Message, tc.allowed)
+			}
+			if !d.Allowed {
+				for _, want := range []string{"spec.externalIPs", req.Username, "IPAddressClaim", "type LoadBalancer"} {
+					if !strings.Contains(d.Message, want) {
+						t.Errorf("denial %q does not say %q", d.Message, want)
+					}
+				}
+			}
+		})
+	}
 }
 
 func TestPolicyIsTheChartsAndCompiles(t *testing.T) {
