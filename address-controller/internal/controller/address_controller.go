@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,6 +115,15 @@ func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request
 	return r.pass(ctx, &live, true)
 }
 
+// liveAddress reads a again from the apiserver.
+func (r *AddressReconciler) liveAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
+	var live ipamv1.IPAddress
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(a), &live); err != nil {
+		return nil, err
+	}
+	return &live, nil
+}
+
 // pass decides and writes for one address; live says a comes from the apiserver. A pass on a
 // cached address returns errDecideLive instead of its first write.
 func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live bool) (reconcile.Result, error) {
@@ -147,15 +157,31 @@ func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live 
 		if stale() {
 			return reconcile.Result{}, errDecideLive
 		}
-		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(a, ipamv1.FinalizerAddress)
-		if mark {
-			metav1.SetMetaDataAnnotation(&a.ObjectMeta, ipamv1.AnnotationAutoClaim, "true")
-		} else {
-			delete(a.Annotations, ipamv1.AnnotationAutoClaim)
+		done := false
+		if mark == markedAutoClaim(a) {
+			// Only the finalizer is missing (the usual case: the driver created the address with
+			// its own finalizer and the mark): a patch that tests the finalizer list alone, so
+			// the driver's status writes of the same moment do not refuse it.
+			var err error
+			if done, err = addFinalizerGuarded(ctx, r.Client, a, ipamv1.FinalizerAddress); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
+			}
 		}
-		if err := r.Client.Patch(ctx, a, patch); err != nil {
-			return reconcile.Result{}, err
+		if !done && mark == markedAutoClaim(a) && len(a.Finalizers) > 0 {
+			// The finalizer list changed since the live read: decide again from a fresh one.
+			return reconcile.Result{RequeueAfter: raceRetry}, nil
+		}
+		if !done {
+			patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			controllerutil.AddFinalizer(a, ipamv1.FinalizerAddress)
+			if mark {
+				metav1.SetMetaDataAnnotation(&a.ObjectMeta, ipamv1.AnnotationAutoClaim, "true")
+			} else {
+				delete(a.Annotations, ipamv1.AnnotationAutoClaim)
+			}
+			if err := r.Client.Patch(ctx, a, patch); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 
@@ -196,12 +222,28 @@ func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live 
 	}
 	if d.phase != a.Status.Phase || !timesEqual(d.releasedAt, a.Status.ReleasedAt) {
 		before := a.Status.Phase
-		// Guarded by resourceVersion: a pass that read an older address must not write its
-		// phase over a newer one; it retries on the newer address.
-		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
-		if err := r.Client.Status().Patch(ctx, a, patch); err != nil {
+		// Guarded: a pass that read an older claimRef must not write its phase over a newer
+		// one; it retries on the newer address. The test covers the claimRef alone, so the
+		// driver's condition writes do not refuse it; when it fails, the whole-object lock
+		// decides (a 409 re-reads).
+		done, err := setPhaseGuarded(ctx, r.Client, a, d.phase, d.releasedAt)
+		if err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		if !done {
+			// The claimRef test failed: read again; the same claimRef (its JSON differs from
+			// this client's, say an explicit empty uid) takes the locked patch, a new one a
+			// new decision.
+			fresh, err := r.liveAddress(ctx, a)
+			if err != nil || !equality.Semantic.DeepEqual(fresh.Spec.ClaimRef, a.Spec.ClaimRef) {
+				return reconcile.Result{RequeueAfter: raceRetry}, client.IgnoreNotFound(err)
+			}
+			*a = *fresh
+			patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
+			if err := r.Client.Status().Patch(ctx, a, patch); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
+			}
 		}
 		r.phaseEvent(a, before)
 	}
