@@ -7,6 +7,10 @@
 //	mirror copy -to REGISTRY/PREFIX [flags] [component=ref ...]
 //	mirror save -archive FILE [flags] [component=ref ...]
 //	mirror load -archive FILE -to REGISTRY/PREFIX [flags]
+//	mirror platforms [flags] REPOSITORY@sha256:... ...
+//
+// platforms prints the digest reference of each platform image of the given images, one a line
+// (what the release attests each SBOM to, for cosign verify-attestation).
 //
 // Without component=ref arguments the images are read from packages/system/*/values.yaml.
 // Registry access: -creds [HOST=]USER:PASSWORD (HOST defaults to the -to registry), -authfile
@@ -119,6 +123,21 @@ func run(cmd string, args []string) int {
 			return fail(fmt.Errorf("not saved:\n%w", err))
 		}
 		return 0
+	case "platforms":
+		if fs.NArg() == 0 {
+			return fail(fmt.Errorf("platforms needs one or more digest references"))
+		}
+		for _, ref := range fs.Args() {
+			ps, err := mirror.Platforms(ctx, ref, access)
+			if err != nil {
+				return fail(err)
+			}
+			for _, p := range ps {
+				fmt.Println(p.Ref)
+				fmt.Fprintf(os.Stderr, "%s: %s %s\n", ref, p.Platform, p.Ref)
+			}
+		}
+		return 0
 	case "load":
 		if *archive == "" || *to == "" {
 			return fail(fmt.Errorf("load needs -archive and -to"))
@@ -169,7 +188,7 @@ func images(packages string, args []string) (map[string]string, error) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX [flags] [component=ref ...]; -h lists the flags")
+	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX | platforms REPOSITORY@DIGEST... [flags] [component=ref ...]; -h lists the flags")
 	os.Exit(2)
 }
 
