@@ -62,7 +62,7 @@ func run(cmd string, args []string) int {
 	var insecure, plainHTTP, creds list
 	fs.Var(&insecure, "insecure", "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
 	fs.Var(&plainHTTP, "plain-http", "registry HOST[:PORT] reached over plain HTTP (repeatable)")
-	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry (repeatable)")
+	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry; when USER:PASSWORD's text before a '=' reads as HOST:PORT, give HOST= (repeatable)")
 	_ = fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -70,7 +70,7 @@ func run(cmd string, args []string) int {
 	access := mirror.Access{Insecure: insecure, PlainHTTP: plainHTTP, CAFile: *caFile, AuthFile: *authFile, Retries: *retries,
 		Creds: map[string]authn.AuthConfig{}}
 	for _, c := range creds {
-		host, userpass, ok := strings.Cut(c, "=")
+		host, userpass, ok := cutHost(c)
 		if !ok {
 			userpass, host = c, ""
 			if *to != "" {
@@ -163,6 +163,23 @@ func run(cmd string, args []string) int {
 		return fail(fmt.Errorf("not copied:\n%w", err))
 	}
 	return 0
+}
+
+// cutHost splits "HOST=USER:PASSWORD". The text before the first '=' is a host only when it
+// reads as one: a name, or name:port with a numeric port. Otherwise the '=' belongs to the
+// password (base64 tokens end in '='), and there is no HOST.
+func cutHost(c string) (host, userpass string, ok bool) {
+	host, userpass, ok = strings.Cut(c, "=")
+	if !ok || host == "" {
+		return "", c, false
+	}
+	if i := strings.LastIndex(host, ":"); i >= 0 {
+		port := host[i+1:]
+		if port == "" || strings.Trim(port, "0123456789") != "" {
+			return "", c, false
+		}
+	}
+	return host, userpass, true
 }
 
 func images(packages string, args []string) (map[string]string, error) {
