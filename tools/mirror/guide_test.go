@@ -138,8 +138,8 @@ func TestAirGapGuide(t *testing.T) {
 	calls := runWithCosign(t, site, cosignBlock, "MIRROR_CA="+reg.CAFile, "AUTHFILE="+authFile)
 	verified, verifiedAtt := map[string]bool{}, map[string]bool{}
 	for _, c := range calls {
-		if c.identity != ReleaseIdentity || c.issuer != "https://token.actions.githubusercontent.com" {
-			t.Errorf("the guide runs %q: want --certificate-identity %s and the GitHub Actions issuer (the release workflow only runs on main)", c.line, ReleaseIdentity)
+		if c.identity != releaseIdentity || c.issuer != "https://token.actions.githubusercontent.com" {
+			t.Errorf("the guide runs %q: want --certificate-identity %s and the GitHub Actions issuer (the release workflow only runs on main)", c.line, releaseIdentity)
 		}
 		if !strings.HasPrefix(c.subject, mirror+"/") {
 			t.Errorf("the guide verifies %s, not a copy in the mirror", c.subject)
@@ -172,9 +172,9 @@ func TestAirGapGuide(t *testing.T) {
 	}
 }
 
-// ReleaseIdentity is the certificate identity of the release workflow's keyless signatures: the
+// releaseIdentity is the certificate identity of the release workflow's keyless signatures: the
 // workflow file on the main branch (TestReleaseWorkflowOrder checks it refuses other refs).
-const ReleaseIdentity = "https://github.com/cozystack/reserved-ips/.github/workflows/release.yml@refs/heads/main"
+const releaseIdentity = "https://github.com/cozystack/reserved-ips/.github/workflows/release.yml@refs/heads/main"
 
 type cosignCall struct {
 	line, verb, subject, typ, identity, issuer string
