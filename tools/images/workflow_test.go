@@ -49,8 +49,8 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	all := script.String()
 	last := -1
 	// The keyless certificates name the ref the workflow ran from; the air-gap guide requires
-	// refs/heads/main (releaseIdentity in tools/mirror/guide_test.go), so the workflow refuses any other ref before it
-	// builds or pushes anything.
+	// refs/heads/main (releaseIdentity in tools/mirror/guide_test.go), so the workflow refuses
+	// any other ref before it builds or pushes anything.
 	for _, step := range []string{"sigstore/cosign-installer", `[[ "$GITHUB_REF" == refs/heads/main ]] || {`, `git config user.name`, "make release REGISTRY=", "cosign sign --yes",
 		"cosign attest --yes --type spdxjson", "make release-commit", `git push origin "refs/tags/$VERSION"`, "gh pr create"} {
 		i := strings.Index(all, step)
