@@ -126,7 +126,7 @@ func (r *chaosRun) logf(format string, args ...any) {
 func TestChaos(t *testing.T) {
 	f := features.New("seeded chaos").
 		Assess("operations under faults converge to the invariants", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			local := localCluster(t)
+			local := localCluster(t, "it kills and stalls the apiserver and etcd (SIGKILL, SIGSTOP), which kind runs as static pods out of the suite's reach")
 			seed, ops, faultRate := chaosKnobs()
 			t.Logf("CHAOS_SEED=%d CHAOS_OPS=%d CHAOS_FAULT_RATE=%g", seed, ops, faultRate)
 			c := chaosClient(t)

@@ -60,6 +60,7 @@ func TestCoreRunsAsItsServiceAccount(t *testing.T) {
 
 			local, ok := cluster.(*provider.LocalCluster)
 			if !ok {
+				t.Logf("%s provider: the audit-log and loopback metrics checks are not run (the local provider's files and endpoints)", providerName())
 				return ctx
 			}
 			// The writes came from the controller's ServiceAccount, so its generated RBAC suffices.
@@ -115,7 +116,7 @@ func TestCoreRestartOverSettledObjectsWritesNothing(t *testing.T) {
 	f := features.New("a restarted core reconciles every object and writes nothing").
 		Assess("restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := ipamClient(t)
-			local := localCluster(t)
+			local := localCluster(t, "it reads the restarted controller's reconcile counters from its loopback metrics endpoint and its writes from the apiserver audit log")
 			ns := tenantNamespace(ctx, t, c, "tenant-core-restart")
 			t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
 			class := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-core-restart"},

@@ -349,10 +349,7 @@ func restart(ctx context.Context, t *testing.T, names ...string) {
 		}
 		return
 	}
-	local, ok := cluster.(*provider.LocalCluster)
-	if !ok {
-		t.Skip("restarting components needs the local or the kind provider")
-	}
+	local := localCluster(t, "restarting components needs the local or the kind provider")
 	var victims []*controlplane.Process
 	var restarts []int
 	for _, p := range local.Processes() {
@@ -382,11 +379,24 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
-func localCluster(t *testing.T) *provider.LocalCluster {
+// localCluster returns the local provider's cluster, or skips the test on any other provider
+// saying what it needs that only local processes give (why; docs/e2e-providers.md lists them).
+func localCluster(t *testing.T, why ...string) *provider.LocalCluster {
 	t.Helper()
 	local, ok := cluster.(*provider.LocalCluster)
 	if !ok {
-		t.Skip("needs the local provider")
+		reason := strings.Join(why, "; ")
+		if reason == "" {
+			reason = "it controls the local provider's processes"
+		}
+		t.Skipf("SKIPPED on the %s provider: %s needs the local provider: %s", providerName(), t.Name(), reason)
 	}
 	return local
+}
+
+func providerName() string {
+	if _, ok := cluster.(*provider.LocalCluster); ok {
+		return "local"
+	}
+	return "kind"
 }

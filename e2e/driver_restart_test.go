@@ -90,7 +90,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 			}
 
 			// A restart over settled objects writes nothing.
-			local := localCluster(t)
+			local := localCluster(t, "it counts the driver's writes in the apiserver audit log")
 			sa := "system:serviceaccount:cozy-metallb-iad:metallb-iad"
 			driverWrites := func(since time.Time) ([]controlplane.AuditEvent, error) {
 				return controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/e2e/provider"
 	"github.com/cozystack/reserved-ips/tools/binaries"
 )
 
@@ -284,10 +285,23 @@ func TestDriverHoldAndConflict(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// stopProcess kills a supervised process and returns a function that starts it again.
+// stopProcess stops a component and returns a function that starts it again (and waits until
+// it is ready on kind): the local provider stops its supervised process, kind scales its
+// Deployment to zero and back.
 func stopProcess(t *testing.T, name string) func() {
 	t.Helper()
-	local := localCluster(t)
+	if s, ok := cluster.(provider.Stopper); ok {
+		start, err := s.StopComponent(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	local := localCluster(t, "stopping "+name+" needs the local or the kind provider")
 	for _, p := range local.Processes() {
 		if p.Spec.Name == name {
 			if err := local.StopProcess(p, 0); err != nil {

@@ -42,10 +42,22 @@ var ErrUnavailable = errors.New("provider unavailable")
 // its Go module ships (the binary cache's metallb component), and both Cozystack packages are
 // installed as the platform installs them: the wrapper charts of packages/ with Package values,
 // under the release names and namespaces of their PackageSources. Components restart through
-// pod deletion (Restart). Features that read the local control plane's files (the apiserver
-// audit log, metrics endpoints on loopback) have no kind counterpart here; those checks run
-// only on the local provider.
+// pod deletion (Restart) and stop through a scale to zero (StopComponent). Features that read
+// the local control plane's files (the apiserver audit log, metrics endpoints on loopback) have
+// no kind counterpart here; those checks run only on the local provider (e2e/README.md).
 type Kind struct{}
+
+// MetalLB's release on a kind cluster: its chart (from the binary cache) under this name, in the
+// namespace Cozystack uses, with these values.
+const (
+	MetalLBNamespace = "cozy-metallb"
+	MetalLBRelease   = "metallb"
+)
+
+// MetalLBValues are the values kind installs MetalLB's chart with (layer 2 only: no FRR).
+func MetalLBValues() map[string]any {
+	return map[string]any{"speaker": map[string]any{"frr": map[string]any{"enabled": false}}}
+}
 
 func (Kind) Name() string { return "kind" }
 
@@ -111,8 +123,7 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := charts.Apply(ctx, kc.kubeconfig, "cozy-metallb", "metallb", mlb, map[string]any{
-		"speaker": map[string]any{"frr": map[string]any{"enabled": false}}}); err != nil {
+	if _, err := charts.Apply(ctx, kc.kubeconfig, MetalLBNamespace, MetalLBRelease, mlb, MetalLBValues()); err != nil {
 		return nil, err
 	}
 	// The project's images, built for the node's platform and loaded into every node.

@@ -115,6 +115,24 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 	if len(sboms) != 4 {
 		t.Fatalf("want an SBOM file per image and platform, got %v", sboms)
 	}
+	// Named <image>_<platform image digest hex>.spdx.json: the release workflow attests each
+	// file to the digest in its name, and the air-gap guide verifies those (TestAirGapGuide).
+	for _, img := range Images {
+		d, _ := name.NewDigest(after[img.Name])
+		idx, err := remote.Index(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := idx.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m.Manifests {
+			if _, err := os.Stat(filepath.Join(sbomDir, img.Name+"_"+p.Digest.Hex+".spdx.json")); err != nil {
+				t.Errorf("no SBOM file named for the %s platform image %s: %v (have %v)", img.Name, p.Digest, err, sboms)
+			}
+		}
+	}
 	// The repository's own tests pass on the released tree.
 	run(t, dir, nil, "go", "run", "./tools/cmd/images", "check")
 	run(t, dir, []string{"GOFLAGS=-buildvcs=false"}, "go", "test", "-count=1",

@@ -3,6 +3,7 @@ package images
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	if _, ok := wf.On["workflow_dispatch"]; !ok || wf.On["push"] != nil {
 		t.Errorf("triggers %v: want workflow_dispatch only", wf.On)
 	}
-	for k, v := range map[string]string{"id-token": "write", "contents": "write", "packages": "write", "pull-requests": "write"} {
+	for k, v := range map[string]string{"id-token": "write", "contents": "write", "packages": "write", "pull-requests": "write", "actions": "write"} {
 		if wf.Permissions[k] != v {
 			t.Errorf("permissions.%s = %q, want %s", k, wf.Permissions[k], v)
 		}
@@ -47,7 +48,10 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	}
 	all := script.String()
 	last := -1
-	for _, step := range []string{"sigstore/cosign-installer", `git config user.name`, "make release REGISTRY=", "cosign sign --yes",
+	// The keyless certificates name the ref the workflow ran from; the air-gap guide requires
+	// refs/heads/main (releaseIdentity in tools/mirror/guide_test.go), so the workflow refuses
+	// any other ref before it builds or pushes anything.
+	for _, step := range []string{"sigstore/cosign-installer", `[[ "$GITHUB_REF" == refs/heads/main ]] || {`, `git config user.name`, "make release REGISTRY=", "cosign sign --yes",
 		"cosign attest --yes --type spdxjson", "make release-commit", `git push origin "refs/tags/$VERSION"`, "gh pr create"} {
 		i := strings.Index(all, step)
 		if i < 0 {
@@ -57,5 +61,54 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 			t.Fatalf("%q runs out of order", step)
 		}
 		last = i
+	}
+
+	// The pull request gets checks: opened with RELEASE_TOKEN when the secret exists (GitHub
+	// starts no workflow for github.token's events), else the test workflows are dispatched on
+	// the release branch, which they must accept.
+	for _, want := range []string{"${{ secrets.RELEASE_TOKEN }}", `GH_TOKEN="$RELEASE_TOKEN" gh pr create`,
+		`gh workflow run "$wf" --ref "release/$VERSION"`, "for wf in test.yml e2e-kind.yml; do"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the release workflow lacks %q", want)
+		}
+	}
+	for _, f := range []string{"test.yml", "e2e-kind.yml"} {
+		other, err := os.ReadFile(filepath.Join(repoRoot, ".github", "workflows", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m)^  workflow_dispatch:`).Match(other) {
+			t.Errorf("%s cannot be dispatched on the release branch: it has no workflow_dispatch trigger", f)
+		}
+	}
+}
+
+// Every action a workflow uses from another repository is pinned by a full commit SHA, with
+// the tag it was on in a comment (a tag can be moved; a commit cannot).
+func TestWorkflowActionsArePinned(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(repoRoot, ".github", "workflows", "*.yml"))
+	if len(files) == 0 {
+		t.Fatal("no workflows")
+	}
+	uses := regexp.MustCompile(`(?m)^\s*(?:- )?uses:\s*(\S+)(.*)$`)
+	pinned := regexp.MustCompile(`^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$`)
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range uses.FindAllStringSubmatch(string(data), -1) {
+			n++
+			if strings.HasPrefix(m[1], "./") {
+				continue // an action of this repository
+			}
+			if !pinned.MatchString(m[1]) || !regexp.MustCompile(`^\s*# v\d+\.\d+\.\d+$`).MatchString(m[2]) {
+				t.Errorf("%s: uses %s%s: want OWNER/REPO@<40-hex commit> # vX.Y.Z", filepath.Base(f), m[1], m[2])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no uses: lines; the pattern is wrong")
 	}
 }

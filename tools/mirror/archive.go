@@ -251,8 +251,11 @@ func VerifyArchive(archive, dir string) error {
 		if err == io.EOF {
 			break
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("archive %s is truncated: %w", archive, err)
+		}
 		if err != nil {
-			return fmt.Errorf("archive %s is truncated or not a tar: %w", archive, err)
+			return fmt.Errorf("archive %s is damaged or not a tar: %w", archive, err)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue

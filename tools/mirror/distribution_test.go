@@ -2,165 +2,29 @@ package mirror
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/cozystack/reserved-ips/tools/binaries"
+	"github.com/cozystack/reserved-ips/tools/mirror/mirrortest"
 )
 
-// realRegistry is the CNCF distribution registry (built into the binary cache) running on
-// loopback, reached under a name (Resolve) so that nothing treats it as a local registry.
-type realRegistry struct {
-	Host   string // name:port
-	Addr   string // 127.0.0.1:port
-	CAFile string
-}
+// realRegistry is the distribution registry on loopback (mirrortest.Start).
+type realRegistry = mirrortest.Registry
 
 const (
-	regUser = "mirror"
-	regPass = "s3cret-pass"
+	regUser = mirrortest.User
+	regPass = mirrortest.Password
 )
 
-// startRegistry runs the registry on loopback: with TLS and htpasswd basic auth when secure,
-// else plain HTTP without auth. It is stopped when the test ends.
 func startRegistry(t *testing.T, hostname string, secure bool) realRegistry {
-	t.Helper()
-	bin, err := binaries.Distribution.Path("registry")
-	if err != nil {
-		t.Fatalf("the distribution registry is not built: run `make binaries` (or `go run ./tools/cmd/binaries build distribution`): %v", err)
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	r := realRegistry{Host: hostname + ":" + port, Addr: addr}
-	cfg := fmt.Sprintf(`version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, filepath.Join(dir, "data"), addr)
-	if secure {
-		r.CAFile = filepath.Join(dir, "ca.pem")
-		cert, key := writeTLS(t, dir, hostname, r.CAFile)
-		hash, err := bcrypt.GenerateFromPassword([]byte(regPass), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		htpasswd := filepath.Join(dir, "htpasswd")
-		if err := os.WriteFile(htpasswd, []byte(regUser+":"+string(hash)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\nauth:\n  htpasswd:\n    realm: mirror-test\n    path: %s\n", cert, key, htpasswd)
-	}
-	cfgFile := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", cfgFile)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		logFile.Close()
-	})
-	// Ready when it answers /v2/ (401 with auth, 200 without).
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsSkip()}}
-	scheme := "http"
-	if secure {
-		scheme = "https"
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-done:
-			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("the registry exited:\n%s", log)
-		default:
-		}
-		resp, err := client.Get(scheme + "://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
-				return r
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the registry did not answer on %s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// writeTLS writes a CA and a server certificate for hostname (and 127.0.0.1) signed by it.
-func writeTLS(t *testing.T, dir, hostname, caFile string) (certFile, keyFile string) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mirror test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: hostname},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{hostname},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	for f, b := range map[string]*pem.Block{caFile: {Type: "CERTIFICATE", Bytes: caDER}, certFile: {Type: "CERTIFICATE", Bytes: der},
-		keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile
+	return mirrortest.Start(t, hostname, secure)
 }
 
 // remoteFor returns registry options for checking a real registry from the test.
@@ -282,5 +146,3 @@ func TestRealRegistryPlainHTTP(t *testing.T) {
 		t.Fatalf("load: %+v, %v", res, err)
 	}
 }
-
-func tlsSkip() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // readiness probe only

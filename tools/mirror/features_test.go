@@ -1,6 +1,8 @@
 package mirror
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -212,9 +214,13 @@ func TestLoadRefusesDamagedArchives(t *testing.T) {
 			_ = os.WriteFile(ChecksumFile(archive), sum, 0o644)
 		}
 	}
-	// Find a blob's content inside the tar to alter it.
+	// Alter one byte inside a blob's content (found with archive/tar, so that it is never a tar
+	// header), and, separately, one byte of a tar header.
+	dataAt, headerAt := blobOffsets(t, good)
 	flip := append([]byte(nil), good...)
-	flip[len(flip)/2] ^= 0xff
+	flip[dataAt] ^= 0xff
+	badHeader := append([]byte(nil), good...)
+	badHeader[headerAt] ^= 0xff
 	for _, tc := range []struct {
 		name    string
 		prepare func()
@@ -225,7 +231,10 @@ func TestLoadRefusesDamagedArchives(t *testing.T) {
 		{"no checksum file", func() { rewrite(good, false); os.Remove(ChecksumFile(archive)) }, "no checksum file"},
 		{"truncated mid-file, checksum recomputed", func() { rewrite(good[:len(good)/2], true) }, "truncated"},
 		{"last files cut off, checksum recomputed", func() { rewrite(good[:len(good)-2048], true) }, "truncated"},
-		{"tampered blob, checksum recomputed", func() { rewrite(flip, true) }, "hashing to"},
+		{"tampered blob, checksum recomputed", func() { rewrite(flip, true) }, "holds content hashing to"},
+		{"tampered tar header", func() { rewrite(badHeader, false) }, "truncated or altered"},
+		{"tampered tar header, checksum recomputed", func() { rewrite(badHeader, true) }, "is damaged or not a tar: archive/tar: invalid tar header"},
+		{"cut inside a blob, checksum recomputed", func() { rewrite(good[:dataAt+1], true) }, "is truncated: unexpected EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.prepare()
@@ -239,6 +248,40 @@ func TestLoadRefusesDamagedArchives(t *testing.T) {
 			}
 		})
 	}
+}
+
+// blobOffsets returns the offset of the middle byte of the first non-empty blob's content in the
+// tar data, and the offset of a byte inside that blob's own header block (its name).
+func blobOffsets(t *testing.T, data []byte) (dataAt, headerAt int) {
+	t.Helper()
+	r := &countingReader{r: bytes.NewReader(data)}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no blob in the archive: %v", err)
+		}
+		// tar.Reader stops reading at the start of an entry's content.
+		start := r.n
+		if strings.HasPrefix(hdr.Name, "blobs/sha256/") && hdr.Size > 1 {
+			// The last 512-byte block before the content is the entry's own ustar header.
+			return start + int(hdr.Size/2), start - 512 + 10
+		}
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
 
 // Partial failure: what can be saved is saved and loaded, the failure is named.

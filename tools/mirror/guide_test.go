@@ -1,16 +1,20 @@
 package mirror
 
 import (
+	"context"
 	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
@@ -30,9 +34,12 @@ func TestAirGapGuide(t *testing.T) {
 		t.Fatal(err)
 	}
 	var script []string
+	var cosignBlock string
 	skipped := 0
 	for _, m := range regexp.MustCompile("(?s)```(sh[^\n]*)\n(.*?)```").FindAllStringSubmatch(string(guide), -1) {
 		switch {
+		case m[1] == "sh cosign":
+			cosignBlock += m[2]
 		case m[1] != "sh":
 			skipped++
 		case strings.HasPrefix(m[2], "# site settings"):
@@ -41,8 +48,8 @@ func TestAirGapGuide(t *testing.T) {
 			script = append(script, m[2])
 		}
 	}
-	if skipped != 2 || len(script) != 2 {
-		t.Fatalf("the guide has %d runnable and %d unrun blocks; the test expects 2 and 2 (cosign, kubectl)", len(script), skipped)
+	if skipped != 1 || len(script) != 2 || cosignBlock == "" {
+		t.Fatalf("the guide has %d runnable blocks, %d unrun and cosign commands %v; the test expects 2, 1 (kubectl) and true", len(script), skipped, cosignBlock != "")
 	}
 
 	// The source: the two images with signatures and SBOMs, named by a packages/ directory.
@@ -122,6 +129,170 @@ func TestAirGapGuide(t *testing.T) {
 		}
 		checkAttachments(t, img, want, remoteFor(t, good, host)...)
 	}
+
+	// The signatures: what the guide verifies is what the release workflow signs and attests.
+	// Both scripts run with a stand-in cosign that records its arguments (real keyless signing
+	// needs GitHub's OIDC token and Sigstore's services); the release workflow's step runs on
+	// the source images, the guide's on the mirror's copies, which keep the digests.
+	signed, attested := workflowSubjects(t, root, refs)
+	calls := runWithCosign(t, site, cosignBlock, "MIRROR_CA="+reg.CAFile, "AUTHFILE="+authFile)
+	verified, verifiedAtt := map[string]bool{}, map[string]bool{}
+	for _, c := range calls {
+		if c.identity != releaseIdentity || c.issuer != "https://token.actions.githubusercontent.com" {
+			t.Errorf("the guide runs %q: want --certificate-identity %s and the GitHub Actions issuer (the release workflow only runs on main)", c.line, releaseIdentity)
+		}
+		if !strings.HasPrefix(c.subject, mirror+"/") {
+			t.Errorf("the guide verifies %s, not a copy in the mirror", c.subject)
+		}
+		d := digestOf(c.subject)
+		switch {
+		case c.verb == "verify":
+			if !signed[d] {
+				t.Errorf("the guide verifies a signature on %s, which the release workflow does not sign (it signs %v)", c.subject, keys(signed))
+			}
+			verified[d] = true
+		case c.verb == "verify-attestation" && c.typ == "spdxjson":
+			if !attested[d] {
+				t.Errorf("the guide verifies an SBOM attestation on %s, which the release workflow does not attest (it attests %v)", c.subject, keys(attested))
+			}
+			verifiedAtt[d] = true
+		default:
+			t.Errorf("unexpected cosign command in the guide: %s", c.line)
+		}
+	}
+	for _, ref := range refs {
+		if !verified[digestOf(ref)] {
+			t.Errorf("the guide does not verify the signature of the image the Package names, %s", digestOf(ref))
+		}
+	}
+	for d := range attested {
+		if !verifiedAtt[d] {
+			t.Errorf("the release attests an SBOM to %s; the guide does not verify it", d)
+		}
+	}
+}
+
+// releaseIdentity is the certificate identity of the release workflow's keyless signatures: the
+// workflow file on the main branch (TestReleaseWorkflowOrder checks it refuses other refs).
+const releaseIdentity = "https://github.com/cozystack/reserved-ips/.github/workflows/release.yml@refs/heads/main"
+
+type cosignCall struct {
+	line, verb, subject, typ, identity, issuer string
+	recursive                                  bool
+}
+
+// runWithCosign runs script in dir with a stand-in cosign on PATH and returns its calls.
+func runWithCosign(t *testing.T, dir, script string, env ...string) []cosignCall {
+	t.Helper()
+	bin := t.TempDir()
+	logFile := filepath.Join(bin, "calls")
+	if err := os.WriteFile(filepath.Join(bin, "cosign"), []byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$COSIGN_LOG\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append(env, "PATH="+bin+":"+os.Getenv("PATH"), "COSIGN_LOG="+logFile, "GOFLAGS=-buildvcs=false", "GOWORK=")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, script, out)
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatalf("cosign was never called by\n%s", script)
+	}
+	var calls []cosignCall
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		c := cosignCall{line: line, verb: f[0], subject: f[len(f)-1]}
+		for i := 1; i < len(f)-1; i++ {
+			switch f[i] {
+			case "--recursive":
+				c.recursive = true
+			case "--type":
+				c.typ = f[i+1]
+			case "--certificate-identity":
+				c.identity = f[i+1]
+			case "--certificate-oidc-issuer":
+				c.issuer = f[i+1]
+			}
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// workflowSubjects runs the signing step of .github/workflows/release.yml on the images (as
+// `make release` leaves them: images.yaml, and one SBOM file per platform image in SBOM_DIR
+// named <image>_<platform digest hex>.spdx.json, as tools/cmd/images writes them) and returns
+// the digests it signs (with the platform images of an index signed --recursive) and those it
+// attests an SPDX SBOM to.
+func workflowSubjects(t *testing.T, root string, refs map[string]string) (signed, attested map[string]bool) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct{ Run string } `json:"steps"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	var step string
+	for _, s := range wf.Jobs["release"].Steps {
+		if strings.Contains(s.Run, "cosign sign") {
+			step = s.Run
+		}
+	}
+	if step == "" {
+		t.Fatal("the release workflow has no signing step")
+	}
+	dir, sboms := t.TempDir(), t.TempDir()
+	var shipped strings.Builder
+	for n, ref := range refs {
+		shipped.WriteString(n + ": " + ref + "\n")
+		ps, err := Platforms(context.Background(), ref, Access{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if err := os.WriteFile(filepath.Join(sboms, n+"_"+strings.TrimPrefix(digestOf(p.Ref), "sha256:")+".spdx.json"), []byte("{}"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "images.yaml"), []byte(shipped.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	signed, attested = map[string]bool{}, map[string]bool{}
+	for _, c := range runWithCosign(t, dir, step, "SBOM_DIR="+sboms) {
+		switch {
+		case c.verb == "sign":
+			signed[digestOf(c.subject)] = true
+			if c.recursive {
+				ps, err := Platforms(context.Background(), c.subject, Access{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range ps {
+					signed[digestOf(p.Ref)] = true
+				}
+			}
+		case c.verb == "attest" && c.typ == "spdxjson":
+			attested[digestOf(c.subject)] = true
+		}
+	}
+	return signed, attested
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func mustHash(t *testing.T, s string) v1.Hash {

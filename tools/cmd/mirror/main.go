@@ -7,6 +7,10 @@
 //	mirror copy -to REGISTRY/PREFIX [flags] [component=ref ...]
 //	mirror save -archive FILE [flags] [component=ref ...]
 //	mirror load -archive FILE -to REGISTRY/PREFIX [flags]
+//	mirror platforms [flags] REPOSITORY@sha256:... ...
+//
+// platforms prints the digest reference of each platform image of the given images, one a line
+// (what the release attests each SBOM to, for cosign verify-attestation).
 //
 // Without component=ref arguments the images are read from packages/system/*/values.yaml.
 // Registry access: -creds [HOST=]USER:PASSWORD (HOST defaults to the -to registry), -authfile
@@ -58,7 +62,7 @@ func run(cmd string, args []string) int {
 	var insecure, plainHTTP, creds list
 	fs.Var(&insecure, "insecure", "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
 	fs.Var(&plainHTTP, "plain-http", "registry HOST[:PORT] reached over plain HTTP (repeatable)")
-	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry (repeatable)")
+	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry; when USER:PASSWORD's text before a '=' reads as HOST:PORT, give HOST= (repeatable)")
 	_ = fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -66,7 +70,7 @@ func run(cmd string, args []string) int {
 	access := mirror.Access{Insecure: insecure, PlainHTTP: plainHTTP, CAFile: *caFile, AuthFile: *authFile, Retries: *retries,
 		Creds: map[string]authn.AuthConfig{}}
 	for _, c := range creds {
-		host, userpass, ok := strings.Cut(c, "=")
+		host, userpass, ok := cutHost(c)
 		if !ok {
 			userpass, host = c, ""
 			if *to != "" {
@@ -119,6 +123,21 @@ func run(cmd string, args []string) int {
 			return fail(fmt.Errorf("not saved:\n%w", err))
 		}
 		return 0
+	case "platforms":
+		if fs.NArg() == 0 {
+			return fail(fmt.Errorf("platforms needs one or more digest references"))
+		}
+		for _, ref := range fs.Args() {
+			ps, err := mirror.Platforms(ctx, ref, access)
+			if err != nil {
+				return fail(err)
+			}
+			for _, p := range ps {
+				fmt.Println(p.Ref)
+				fmt.Fprintf(os.Stderr, "%s: %s %s\n", ref, p.Platform, p.Ref)
+			}
+		}
+		return 0
 	case "load":
 		if *archive == "" || *to == "" {
 			return fail(fmt.Errorf("load needs -archive and -to"))
@@ -146,6 +165,23 @@ func run(cmd string, args []string) int {
 	return 0
 }
 
+// cutHost splits "HOST=USER:PASSWORD". The text before the first '=' is a host only when it
+// reads as one: a name, or name:port with a numeric port. Otherwise the '=' belongs to the
+// password (base64 tokens end in '='), and there is no HOST.
+func cutHost(c string) (host, userpass string, ok bool) {
+	host, userpass, ok = strings.Cut(c, "=")
+	if !ok || host == "" {
+		return "", c, false
+	}
+	if i := strings.LastIndex(host, ":"); i >= 0 {
+		port := host[i+1:]
+		if port == "" || strings.Trim(port, "0123456789") != "" {
+			return "", c, false
+		}
+	}
+	return host, userpass, true
+}
+
 func images(packages string, args []string) (map[string]string, error) {
 	if len(args) > 0 {
 		out := map[string]string{}
@@ -169,7 +205,7 @@ func images(packages string, args []string) (map[string]string, error) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX [flags] [component=ref ...]; -h lists the flags")
+	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX | platforms REPOSITORY@DIGEST... [flags] [component=ref ...]; -h lists the flags")
 	os.Exit(2)
 }
 
