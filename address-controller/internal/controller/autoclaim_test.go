@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,64 +11,34 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-func TestAutoClaimSkipRules(t *testing.T) {
-	lb := func(mutate func(*corev1.Service)) *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{}},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
-		mutate(s)
-		return s
-	}
-	class := "internal"
-	for _, tc := range []struct {
-		name string
-		svc  *corev1.Service
-		skip bool
-	}{
-		{"plain LoadBalancer", lb(func(*corev1.Service) {}), false},
-		{"class annotation alone", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationServiceClass] = "x" }), false},
-		{"ClusterIP", lb(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), true},
-		{"names a claim", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationServiceClaim] = "c" }), true},
-		{"opted out", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationAutoClaim] = "false" }), true},
-		{"loadBalancerClass", lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = &class }), true},
-		{"loadBalancerIP", lb(func(s *corev1.Service) { s.Spec.LoadBalancerIP = "203.0.113.1" }), true},
-		{"address in status, no class known", lb(func(s *corev1.Service) {
-			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}
-		}), false},
-		{"MetalLB pool", lb(func(s *corev1.Service) { s.Annotations["metallb.io/address-pool"] = "p" }), true},
-		{"MetalLB pin, legacy prefix", lb(func(s *corev1.Service) { s.Annotations["metallb.universe.tf/loadBalancerIPs"] = "x" }), true},
-		{"MetalLB sharing", lb(func(s *corev1.Service) { s.Annotations["metallb.io/allow-shared-ip"] = "k" }), true},
-	} {
-		if got := autoClaimSkip(tc.svc, time.Time{}) != ""; got != tc.skip {
-			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, time.Time{}), tc.skip)
-		}
-	}
-}
-
-// An address in status skips a Service only when it predates auto-claim being enabled: a newer
-// Service's address came from a race with MetalLB, and a Service naming its class asked.
-func TestAutoClaimSkipForAnAddress(t *testing.T) {
-	svc := func(created time.Time, withAddress bool) *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: metav1.NewTime(created)},
+// autoClaimSkip is the author's asking (autoclaim.SkipAsked, whose table is in pkg/autoclaim)
+// or an address from before auto-claim was enabled (autoclaim.HadAddressBefore, likewise); this
+// checks only how the two combine.
+func TestAutoClaimSkipCombinesAskedAndEarlierAddress(t *testing.T) {
+	svc := func(created time.Time, withAddress bool, ann map[string]string) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: metav1.NewTime(created), Annotations: ann},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
 		if withAddress {
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.9"}}
 		}
 		return s
 	}
+	optOut := map[string]string{ipamv1.AnnotationAutoClaim: "false"}
 	for _, tc := range []struct {
 		name    string
 		svc     *corev1.Service
 		enabled time.Time
-		skip    bool
+		want    string // a substring of the reason; "" for no skip
 	}{
-		{"older Service with an address", svc(t0.Add(-time.Hour), true), t0, true},
-		{"older Service without an address", svc(t0.Add(-time.Hour), false), t0, false},
-		{"newer Service that won an address in a race", svc(t0.Add(time.Second), true), t0, false},
-		{"created in the second auto-claim was enabled: the older one", svc(t0, true), t0.Add(300 * time.Millisecond), true},
-		{"Service naming its class (no enabling time)", svc(t0.Add(-time.Hour), true), time.Time{}, false},
+		{"plain LoadBalancer", svc(t0, false, nil), t0, ""},
+		{"asked to be left alone", svc(t0.Add(time.Hour), false, optOut), t0, "opted out"},
+		{"asked, and an older address: the asking is the reason", svc(t0.Add(-time.Hour), true, optOut), t0, "opted out"},
+		{"an address from before enabling", svc(t0.Add(-time.Hour), true, nil), t0, "before auto-claim was enabled"},
+		{"an address won in a race after enabling", svc(t0.Add(time.Second), true, nil), t0, ""},
 	} {
-		if got := autoClaimSkip(tc.svc, tc.enabled) != ""; got != tc.skip {
-			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, autoClaimSkip(tc.svc, tc.enabled), tc.skip)
+		got := autoClaimSkip(tc.svc, tc.enabled)
+		if (tc.want == "") != (got == "") || (tc.want != "" && !strings.Contains(got, tc.want)) {
+			t.Errorf("%s: skip reason %q, want one saying %q", tc.name, got, tc.want)
 		}
 	}
 }

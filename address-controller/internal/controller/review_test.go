@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -85,40 +84,6 @@ func TestBoundClaimStaysBoundWhenTheAddressCacheLags(t *testing.T) {
 	if c.Status.Phase != ipamv1.ClaimBound || !slices.Equal(c.Status.Addresses, bound.Status.Addresses) {
 		t.Fatalf("a pass on a lagging address cache changed the Bound claim to %s %+v", c.Status.Phase, c.Status.Addresses)
 	}
-}
-
-// An older address bound to a Bound claim afterwards (a driver's late pre-bind, or an admin)
-// does not take the place of the address in the claim's status: it is the surplus, and goes.
-func TestBoundClaimKeepsItsAddressWhenAnOlderOneIsBoundToIt(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	newClass(t, "keep", noDriver)
-	// older: created first, but out of reach of the claim (another class) until it is bound
-	// to the claim by hand.
-	older := newAddress(t, "203.0.113.95", "keep", &ipamv1.ClaimReference{Namespace: ns, Name: "placeholder"})
-	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision: make older older
-	mine := newAddress(t, "203.0.113.94", "keep", nil)
-	newClaim(t, ns, "c", "keep", ipamv1.IPv4)
-	c := waitClaimPhase(t, ns, "c", ipamv1.ClaimBound)
-	if c.Status.Addresses[0].Name != mine.Name {
-		t.Fatalf("bound %+v, want %s", c.Status.Addresses, mine.Name)
-	}
-	o := getAddress(t, older.Name)
-	patch := client.MergeFrom(o.DeepCopy())
-	o.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: ns, Name: "c", UID: c.UID}
-	if err := admin.Patch(ctx, o, patch); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the older address to be unbound as the surplus", func() (bool, error) {
-		return getAddress(t, older.Name).Spec.ClaimRef == nil, nil
-	})
-	consistently(t, "the claim to keep its address", 2*time.Second, func() (bool, error) {
-		got := getClaim(t, ns, "c")
-		if got.Status.Phase != ipamv1.ClaimBound || !slices.Equal(got.Status.Addresses, c.Status.Addresses) {
-			return false, fmt.Errorf("the claim is now %s %+v", got.Status.Phase, got.Status.Addresses)
-		}
-		return true, nil
-	})
 }
 
 // A bind that loses the address to another claim between the read and the patch is decided
