@@ -108,14 +108,7 @@ func TestRestartPodsDeletesAtOnceAndWaitsForReadyReplacements(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(core.Namespace).UpdateStatus(ctx, pod(core, "core-2", true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("restartPods did not return once the replacements were ready")
-	}
+	waitDone(t, done, "restartPods did not return once the replacements were ready")
 }
 
 func TestRestartPodsErrors(t *testing.T) {
@@ -182,14 +175,7 @@ func TestStopWorkloadScalesToZeroAndBack(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(w.Namespace).UpdateStatus(ctx, pod(w, "d", true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("start did not return once both pods were ready")
-	}
+	waitDone(t, done, "start did not return once both pods were ready")
 }
 
 // The selector kind's restarts and stops use for MetalLB's controller matches the pods of the
@@ -248,5 +234,18 @@ func TestMetalLBControllerSelectorMatchesTheChart(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("MetalLB's chart renders no Deployment %s", w.Deployment)
+	}
+}
+
+// waitDone waits for the call behind done to return, failing with msg after 10 seconds.
+func waitDone(t *testing.T, done <-chan error, msg string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
 	}
 }

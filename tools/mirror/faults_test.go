@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cozystack/reserved-ips/tools/mirror/mirrortest"
@@ -26,13 +25,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 	src := newRegistry(t, false)
 	multi := pushMultiArch(t, src, "address-controller")
 	wantMulti := attach(t, multi)
-	single, _ := random.Image(512, 2)
-	tag, _ := name.NewTag(src + "/cozystack/metallb-iad:v1")
-	if err := remote.Write(tag, single); err != nil {
-		t.Fatal(err)
-	}
-	sd, _ := single.Digest()
-	singleRef := tag.String() + "@" + sd.String()
+	singleRef := pushSingle(t, src)
 	wantSingle := attach(t, singleRef)
 	fast := func(retries int) Options {
 		return Options{Access: Access{Retries: retries, RetryDelay: 10 * time.Millisecond}}
@@ -111,7 +104,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 	t.Run("a single-platform image copies and round-trips through save and load", func(t *testing.T) {
 		defer proxy.Reset()
 		res, err := Mirror(ctx, map[string]string{"metallb-iad": singleRef}, with(fast(3), host+"/single"))
-		if err != nil || len(res) != 1 || digestOf(res[0].Dest) != sd.String() || len(res[0].Attachments) != len(wantSingle) {
+		if err != nil || len(res) != 1 || digestOf(res[0].Dest) != digestOf(singleRef) || len(res[0].Attachments) != len(wantSingle) {
 			t.Fatalf("copy: %+v, %v", res, err)
 		}
 		checkAttachments(t, res[0].Dest, wantSingle)
@@ -126,7 +119,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 		}
 		proxy.Reset()
 		loaded, err := Load(ctx, archive, with(fast(3), host+"/airgap"))
-		if err != nil || len(loaded) != 1 || !loaded[0].Copied || digestOf(loaded[0].Dest) != sd.String() {
+		if err != nil || len(loaded) != 1 || !loaded[0].Copied || digestOf(loaded[0].Dest) != digestOf(singleRef) {
 			t.Fatalf("load: %+v, %v", loaded, err)
 		}
 		checkAttachments(t, loaded[0].Dest, wantSingle)

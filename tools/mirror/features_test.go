@@ -164,13 +164,7 @@ func TestArchiveHoldsIndexesSingleImagesAndAttachments(t *testing.T) {
 	ctx := context.Background()
 	src := newRegistry(t, false)
 	multi := pushMultiArch(t, src, "address-controller")
-	single, _ := random.Image(512, 2)
-	tag, _ := name.NewTag(src + "/cozystack/metallb-iad:v1")
-	if err := remote.Write(tag, single); err != nil {
-		t.Fatal(err)
-	}
-	sd, _ := single.Digest()
-	singleRef := tag.String() + "@" + sd.String()
+	singleRef := pushSingle(t, src)
 	wantMulti, wantSingle := attach(t, multi), attach(t, singleRef)
 
 	dir := t.TempDir()
@@ -190,7 +184,7 @@ func TestArchiveHoldsIndexesSingleImagesAndAttachments(t *testing.T) {
 	}
 	checkAttachments(t, res[0].Dest, wantMulti)
 	checkAttachments(t, res[1].Dest, wantSingle)
-	if digestOf(res[1].Dest) != sd.String() {
+	if digestOf(res[1].Dest) != digestOf(singleRef) {
 		t.Fatalf("the single image changed digest: %s", res[1].Dest)
 	}
 }
@@ -365,4 +359,26 @@ func mustRef(t *testing.T, s string) name.Reference {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// pushSingle pushes a single-platform image (no index) as cozystack/metallb-iad:v1 to the
+// registry at src and returns its reference by tag and digest.
+func pushSingle(t *testing.T, src string) string {
+	t.Helper()
+	single, err := random.Image(512, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(src + "/cozystack/metallb-iad:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, single); err != nil {
+		t.Fatal(err)
+	}
+	sd, err := single.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag.String() + "@" + sd.String()
 }

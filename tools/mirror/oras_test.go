@@ -5,9 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content/memory"
 	"oras.land/oras-go/v2/content/oci"
@@ -21,13 +18,7 @@ func TestArchiveIsReadByOras(t *testing.T) {
 	src := newRegistry(t, false)
 	multi := pushMultiArch(t, src, "address-controller")
 	wantMulti := attach(t, multi)
-	single, _ := random.Image(512, 2)
-	tag, _ := name.NewTag(src + "/cozystack/metallb-iad:v1")
-	if err := remote.Write(tag, single); err != nil {
-		t.Fatal(err)
-	}
-	sd, _ := single.Digest()
-	singleRef := tag.String() + "@" + sd.String()
+	singleRef := pushSingle(t, src)
 	attach(t, singleRef)
 	archive := filepath.Join(t.TempDir(), "images.tar")
 	res, err := Save(ctx, map[string]string{"address-controller": multi, "metallb-iad": singleRef}, archive, Options{})
