@@ -12,6 +12,47 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// CRDEnum returns the values a CRD's schema allows at a field (its enum): the values of a label
+// that is an API field, such as a phase.
+func CRDEnum(crdFile string, path ...string) ([]string, error) {
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		return nil, err
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema schemaNode `json:"openAPIV3Schema"`
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		return nil, err
+	}
+	if len(crd.Spec.Versions) != 1 {
+		return nil, fmt.Errorf("%s: %d versions, want one", crdFile, len(crd.Spec.Versions))
+	}
+	n := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	for _, p := range path {
+		next, ok := n.Properties[p]
+		if !ok {
+			return nil, fmt.Errorf("%s: no field %v", crdFile, path)
+		}
+		n = next
+	}
+	if len(n.Enum) == 0 {
+		return nil, fmt.Errorf("%s: field %v has no enum", crdFile, path)
+	}
+	return n.Enum, nil
+}
+
+type schemaNode struct {
+	Properties map[string]schemaNode
+	Enum       []string
+}
+
 // Expression is one PromQL expression a chart ships and where.
 type Expression struct {
 	Where, Expr string
