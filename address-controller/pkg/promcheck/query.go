@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -63,7 +64,7 @@ func Parse(expr string) (Parsed, error) {
 			}
 			s := Selector{Metric: n.Name}
 			for _, m := range n.LabelMatchers {
-				if m.Name == labels.MetricName {
+				if m.Name == model.MetricNameLabel {
 					continue
 				}
 				s.Labels = append(s.Labels, m.Name)
