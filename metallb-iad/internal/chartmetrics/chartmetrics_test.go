@@ -26,8 +26,7 @@ import (
 // values of the pool gauge's state label read from what it collects) and controller-runtime's
 // standard ones.
 func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
-	m := newDriverMetrics(t)
-	known, err := promcheck.Registered(m.Register)
+	known, err := promcheck.Registered(newDriverMetrics(t, nil).Register)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +72,15 @@ func collectedStates(t *testing.T) []string {
 		Spec:       ipamv1.IPAddressClassSpec{Provisioner: driver.Provisioner, Parameters: map[string]string{driver.ClassParameterPool: "public"}},
 	}
 	class.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}
-	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-metallb", Name: "public"},
+	// newDriverMetrics names every namespace parameter cozy-metallb-iad, MetalLB's too.
+	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-metallb-iad", Name: "public"},
 		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"}}}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(class, pool).WithStatusSubresource(class)
 	if err := index.Register(context.Background(), builderIndexer{b}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	if err := driver.NewMetrics(b.Build(), "cozy-metallb-iad", "cozy-metallb").Register(reg); err != nil {
+	if err := newDriverMetrics(t, b.Build()).Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()
@@ -114,10 +114,10 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 	return nil
 }
 
-// newDriverMetrics calls driver.NewMetrics with a nil reader and namespace names for its string
-// parameters, whatever their number (the driver gains parameters as it grows); the metrics'
-// descriptions do not depend on them.
-func newDriverMetrics(t *testing.T) interface {
+// newDriverMetrics calls driver.NewMetrics with reader (nil: none) and cozy-metallb-iad for each
+// of its string parameters, whatever their number (the driver gains parameters as it grows); the
+// metrics' descriptions do not depend on them.
+func newDriverMetrics(t *testing.T, reader client.Reader) interface {
 	Register(prometheus.Registerer) error
 } {
 	t.Helper()
@@ -125,6 +125,10 @@ func newDriverMetrics(t *testing.T) interface {
 	args := make([]reflect.Value, fn.Type().NumIn())
 	for i := range args {
 		in := fn.Type().In(i)
+		if reader != nil && in.Kind() == reflect.Interface && reflect.TypeOf(reader).Implements(in) {
+			args[i] = reflect.ValueOf(reader)
+			continue
+		}
 		if in.Kind() == reflect.String {
 			args[i] = reflect.ValueOf("cozy-metallb-iad").Convert(in)
 		} else {
