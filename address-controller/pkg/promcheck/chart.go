@@ -108,10 +108,7 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 		return nil, err
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
+		Panels     []dashboardPanel
 		Templating struct {
 			List []struct {
 				Name  string
@@ -123,11 +120,16 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 	if err := json.Unmarshal(data, &dash); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	for _, p := range dash.Panels {
-		for _, t := range p.Targets {
-			out = append(out, Expression{Where: "panel " + p.Title, Expr: t.Expr})
+	var panels func([]dashboardPanel)
+	panels = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			for _, t := range p.Targets {
+				out = append(out, Expression{Where: "panel " + p.Title, Expr: t.Expr})
+			}
+			panels(p.Panels) // a collapsed row keeps its panels inside it
 		}
 	}
+	panels(dash.Panels)
 	for _, v := range dash.Templating.List {
 		if v.Type != "query" {
 			continue
@@ -143,4 +145,11 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 		out = append(out, Expression{Where: "variable " + v.Name, Expr: fmt.Sprintf("group by (%s) (%s)", m[2], m[1])})
 	}
 	return out, nil
+}
+
+// dashboardPanel is a Grafana panel: its queries, and the panels of a collapsed row.
+type dashboardPanel struct {
+	Title   string
+	Targets []struct{ Expr string }
+	Panels  []dashboardPanel
 }
