@@ -134,27 +134,34 @@ func Splice(readme, table string) (string, error) {
 	return readme[:i+len(Begin)] + "\n" + table + readme[j:], nil
 }
 
-// Update regenerates the table in the README.md of the chart in dir.
-func Update(dir string) error {
+// Generate returns the README.md of the chart in dir as it is and as its value table would be
+// regenerated from values.yaml.
+func Generate(dir string) (current, regenerated string, err error) {
 	values, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	rows, err := Rows(values)
 	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
+		return "", "", fmt.Errorf("%s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "README.md")
 	readme, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	out, err := Splice(string(readme), Table(rows))
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return "", "", fmt.Errorf("%s: %w", path, err)
 	}
-	if out == string(readme) {
-		return nil
+	return string(readme), out, nil
+}
+
+// Update regenerates the table in the README.md of the chart in dir.
+func Update(dir string) error {
+	current, out, err := Generate(dir)
+	if err != nil || out == current {
+		return err
 	}
-	return os.WriteFile(path, []byte(out), 0o644)
+	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(out), 0o644)
 }

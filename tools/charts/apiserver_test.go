@@ -3,6 +3,7 @@ package charts
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,9 +23,88 @@ import (
 
 // These tests run a real kube-apiserver and etcd from the binary cache (`make binaries`).
 
-// prometheusOperatorVersion is the prometheus-operator release whose CRDs the monitoring objects
-// are validated against; its Go module ships them under example/prometheus-operator-crd.
-const prometheusOperatorVersion = "v0.85.0"
+// The CRDs the monitoring objects are validated against, each from the Go module of its project
+// (read from the module cache, downloaded through the Go module proxy when absent):
+// prometheus-operator's ServiceMonitor and PrometheusRule, VictoriaMetrics operator's
+// VMServiceScrape, grafana-operator's GrafanaDashboard (the version Cozystack ships).
+var monitoringCRDs = []struct {
+	module, version string
+	// sum pins the module's hash where the checksum database does not serve it (the Go module
+	// proxy here answers 404 for the VictoriaMetrics operator's entry): the zip is checked
+	// against it instead.
+	sum   string
+	file  string // in the module
+	crd   string // the CRD's name, where file holds several
+	kinds []string
+}{
+	{"github.com/prometheus-operator/prometheus-operator", "v0.85.0", "",
+		"example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml", "", []string{"ServiceMonitor"}},
+	{"github.com/prometheus-operator/prometheus-operator", "v0.85.0", "",
+		"example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml", "", []string{"PrometheusRule"}},
+	// Cozystack ships operator v0.68.4, which the module proxy does not serve; v0.60.0 is the
+	// newest release it does that this test has been run with.
+	{"github.com/VictoriaMetrics/operator", "v0.60.0", "h1:DqBQ9dKywpNr4C+diOM4ShPGVqQ4Owu7bjk56cOLBbk=",
+		"config/crd/overlay/crd.yaml", "vmservicescrapes.operator.victoriametrics.com", []string{"VMServiceScrape"}},
+	{"github.com/grafana/grafana-operator/v5", "v5.13.0", "",
+		"config/crd/bases/grafana.integreatly.org_grafanadashboards.yaml", "", []string{"GrafanaDashboard"}},
+}
+
+// moduleDir returns where a module version is extracted: from the module cache alone first
+// (GOPROXY=off: no network), then through the Go module proxy. It runs outside the project's
+// modules (GOWORK=off, a temporary directory, -mod=mod), so it never touches their go.mod. A
+// module that neither yields skips the test, loudly.
+func moduleDir(t *testing.T, module, version, sum string) string {
+	t.Helper()
+	var last string
+	for _, proxy := range []string{"off", ""} {
+		cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		if proxy != "" {
+			cmd.Env = append(cmd.Env, "GOPROXY="+proxy)
+		}
+		if sum != "" {
+			cmd.Env = append(cmd.Env, "GONOSUMDB="+module)
+		}
+		out, _ := cmd.Output()
+		var mod struct{ Dir, Sum, Error string }
+		if err := json.Unmarshal(out, &mod); err != nil {
+			last = string(out)
+			continue
+		}
+		if mod.Dir == "" {
+			last = mod.Error
+			continue
+		}
+		if sum != "" && mod.Sum != sum {
+			t.Fatalf("%s@%s has hash %s, pinned %s", module, version, mod.Sum, sum)
+		}
+		return mod.Dir
+	}
+	t.Skipf("\n*** SKIPPED: %s@%s is neither in the module cache nor served by the Go module proxy (%s):\n"+
+		"*** the monitoring objects were NOT validated against their CRDs. ***", module, version, last)
+	return ""
+}
+
+// crdDocument returns the YAML document of the CRD named name from data (several documents), or
+// data itself when name is empty.
+func crdDocument(t *testing.T, data []byte, name string) []byte {
+	t.Helper()
+	if name == "" {
+		return data
+	}
+	for _, doc := range strings.Split(string(data), "\n---") {
+		var meta struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err == nil && meta.Kind == "CustomResourceDefinition" && meta.Metadata.Name == name {
+			return []byte(doc)
+		}
+	}
+	t.Fatalf("no CRD %s in the file", name)
+	return nil
+}
 
 func startAPIServer(t *testing.T) *controlplane.ControlPlane {
 	t.Helper()
@@ -147,17 +227,40 @@ func TestCRDUpgradeAddsAField(t *testing.T) {
 	}
 }
 
-// The monitoring objects of both charts, when enabled, are accepted by the apiserver with
-// prometheus-operator's CRDs installed, with strict field validation (an unknown or misplaced
-// field is an error, not silently pruned).
+// The monitoring objects of both charts, when enabled, are accepted by the apiserver with their
+// operators' CRDs installed (prometheus-operator, VictoriaMetrics operator, grafana-operator),
+// with strict field validation (an unknown or misplaced field is an error, not silently pruned).
 func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
-	out, err := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+prometheusOperatorVersion).Output()
-	if err != nil {
-		t.Fatalf("downloading prometheus-operator %s through the Go module proxy: %v", prometheusOperatorVersion, err)
-	}
-	var mod struct{ Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download: %s", out)
+	crds := make([][]byte, 0, len(monitoringCRDs))
+	gvrs := map[string]schema.GroupVersionResource{"ConfigMap": {Version: "v1", Resource: "configmaps"}}
+	for _, m := range monitoringCRDs {
+		data, err := readFile(filepath.Join(moduleDir(t, m.module, m.version, m.sum), filepath.FromSlash(m.file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := crdDocument(t, data, m.crd)
+		var crd struct {
+			Spec struct {
+				Group    string
+				Names    struct{ Kind, Plural string }
+				Versions []struct {
+					Name            string
+					Served, Storage bool
+				}
+			}
+		}
+		if err := yaml.Unmarshal(doc, &crd); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Storage {
+				gvrs[crd.Spec.Names.Kind] = schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
+			}
+		}
+		if _, ok := gvrs[m.kinds[0]]; !ok {
+			t.Fatalf("%s: no storage version of %s", m.file, m.kinds[0])
+		}
+		crds = append(crds, doc)
 	}
 	cp := startAPIServer(t)
 	ctx := context.Background()
@@ -165,19 +268,10 @@ func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
-		data, err := readFile(filepath.Join(mod.Dir, "example", "prometheus-operator-crd", f))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, data := range crds {
 		if _, err := kubeapply.Apply(ctx, cp.Config, "test", data); err != nil {
 			t.Fatal(err)
 		}
-	}
-	gvrs := map[string]schema.GroupVersionResource{
-		"ServiceMonitor": {Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"},
-		"PrometheusRule": {Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"},
-		"ConfigMap":      {Version: "v1", Resource: "configmaps"},
 	}
 	for _, name := range charts {
 		ns := "cozy-" + name
@@ -189,9 +283,11 @@ func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		manifest, err := RenderRelease(c, name, ns, map[string]any{"metrics": map[string]any{
-			"serviceMonitor": map[string]any{"enabled": true, "interval": "30s"},
-			"prometheusRule": map[string]any{"enabled": true},
-			"dashboard":      map[string]any{"enabled": true},
+			"serviceMonitor":   map[string]any{"enabled": true, "interval": "30s"},
+			"prometheusRule":   map[string]any{"enabled": true},
+			"vmServiceScrape":  map[string]any{"enabled": true, "interval": "30s"},
+			"dashboard":        map[string]any{"enabled": true},
+			"grafanaDashboard": map[string]any{"enabled": true},
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -218,9 +314,22 @@ func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
 				return true, nil
 			})
 			created++
+			if o.GetKind() == "ConfigMap" {
+				continue
+			}
+			// The CRD does check the object's fields: a stray one is refused.
+			stray := o.DeepCopy()
+			stray.SetName(o.GetName() + "-stray")
+			if err := unstructured.SetNestedField(stray.Object, "x", "spec", "notAField"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, stray, metav1.CreateOptions{FieldValidation: "Strict"}); err == nil {
+				t.Errorf("%s: %s with an unknown spec field accepted: the CRD does not validate it", name, o.GetKind())
+			}
 		}
-		if created != 3 {
-			t.Errorf("%s: %d monitoring objects created, want a ServiceMonitor, a PrometheusRule and a dashboard ConfigMap", name, created)
+		if created != 5 {
+			t.Errorf("%s: %d monitoring objects created, want a ServiceMonitor, a VMServiceScrape, a PrometheusRule, "+
+				"a dashboard ConfigMap and a GrafanaDashboard", name, created)
 		}
 	}
 }

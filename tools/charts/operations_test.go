@@ -51,7 +51,7 @@ func TestChartDefaultsForOperators(t *testing.T) {
 			if objs["ClusterRoleBinding/"+name+"-metrics-reader"] != nil {
 				t.Error("the metrics-reader role is bound to someone by default")
 			}
-			for _, k := range []string{"ServiceMonitor/" + name, "VMServiceScrape/" + name, "PrometheusRule/" + name, "ConfigMap/" + name + "-dashboard", "PodDisruptionBudget/" + name} {
+			for _, k := range []string{"ServiceMonitor/" + name, "VMServiceScrape/" + name, "PrometheusRule/" + name, "ConfigMap/" + name + "-dashboard", "GrafanaDashboard/" + name, "PodDisruptionBudget/" + name} {
 				if objs[k] != nil {
 					t.Errorf("%s is rendered by default", k)
 				}
@@ -77,11 +77,12 @@ func TestChartOperatorValues(t *testing.T) {
 				"nodeSelector":        map[string]any{"node-role.kubernetes.io/control-plane": ""},
 				"tolerations":         []any{map[string]any{"operator": "Exists"}},
 				"metrics": map[string]any{
-					"readers":         []any{map[string]any{"namespace": "cozy-monitoring", "name": "vmagent"}},
-					"serviceMonitor":  map[string]any{"enabled": true, "interval": "30s", "labels": map[string]any{"release": "prom"}},
-					"vmServiceScrape": map[string]any{"enabled": true},
-					"prometheusRule":  map[string]any{"enabled": true, "severity": "critical"},
-					"dashboard":       map[string]any{"enabled": true},
+					"readers":          []any{map[string]any{"namespace": "cozy-monitoring", "name": "vmagent"}},
+					"serviceMonitor":   map[string]any{"enabled": true, "interval": "30s", "labels": map[string]any{"release": "prom"}},
+					"vmServiceScrape":  map[string]any{"enabled": true},
+					"prometheusRule":   map[string]any{"enabled": true, "severity": "critical"},
+					"dashboard":        map[string]any{"enabled": true},
+					"grafanaDashboard": map[string]any{"enabled": true, "labels": map[string]any{"team": "net"}},
 				},
 			})
 			dep := objs["Deployment/"+name]
@@ -139,6 +140,23 @@ func TestChartOperatorValues(t *testing.T) {
 				t.Errorf("dashboard JSON: %v", err)
 			}
 
+			// grafana-operator's GrafanaDashboard, as Cozystack's Grafana loads dashboards: the same
+			// JSON inline, picked up by Grafana instances labelled dashboards=grafana in any namespace.
+			gd := objs["GrafanaDashboard/"+name]
+			if dig(gd, "apiVersion") != "grafana.integreatly.org/v1beta1" || dig(gd, "spec", "instanceSelector", "matchLabels", "dashboards") != "grafana" ||
+				dig(gd, "spec", "allowCrossNamespaceImport") != true || dig(gd, "spec", "folder") != "reserved-ips" ||
+				dig(gd, "metadata", "labels", "team") != "net" || dig(gd, "metadata", "namespace") != "cozy-"+name {
+				t.Errorf("GrafanaDashboard %v", gd)
+			}
+			if dig(gd, "spec", "json") != dig(cm, "data", name+".json") {
+				t.Error("the GrafanaDashboard's JSON is not the dashboard's")
+			}
+			// Without the ConfigMap too: the GrafanaDashboard does not depend on it.
+			objs = render(t, name, map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{"enabled": true, "allowCrossNamespaceImport": false}}})
+			if objs["GrafanaDashboard/"+name] == nil || objs["ConfigMap/"+name+"-dashboard"] != nil || dig(objs["GrafanaDashboard/"+name], "spec", "allowCrossNamespaceImport") != nil {
+				t.Errorf("grafanaDashboard alone: %v", keys(objs))
+			}
+
 			// Plain HTTP metrics: no review permissions, http scrapes.
 			objs = render(t, name, map[string]any{"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}}})
 			if objs["ClusterRole/"+name+"-metrics-auth"] != nil || dig(objs["ServiceMonitor/"+name], "spec", "endpoints", 0, "scheme") != "http" ||
@@ -180,6 +198,8 @@ func TestSchemasRejectBadOperatorValues(t *testing.T) {
 		{"metallb-iad", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"poolFreeRatio": 2}}}, "poolFreeRatio"},
 		{"metallb-iad", map[string]any{"podDisruptionBudget": map[string]any{"maxUnavailable": "half"}}, "maxUnavailable"},
 		{"metallb-iad", map[string]any{"serviceAccount": map[string]any{"annotations": map[string]any{"a": 1}}}, "annotations"},
+		{"metallb-iad", map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{"folder": ""}}}, "folder"},
+		{"address-controller", map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{"instanceSelector": map[string]any{"matchLabel": map[string]any{}}}}}, "matchLabel"},
 	} {
 		c, err := Load(Dir(root, tc.chart))
 		if err != nil {

@@ -1,9 +1,115 @@
 package charts
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
+
+// clusterServiceVerbs are what the driver may do to Services and their status in any namespace:
+// read them, and patch (attach writes its annotations, detach clears the status it wrote).
+var clusterServiceVerbs = map[string][]string{
+	"services":        {"get", "list", "watch", "patch"},
+	"services/status": {"get", "patch"},
+}
+
+// clusterServiceGrantErrors reports every verb on Services (or their status) that a ClusterRole
+// bound cluster-wide to the ServiceAccount namespace/name grants beyond clusterServiceVerbs,
+// counting wildcards in apiGroups, resources and verbs: "*", deletecollection, update, create and
+// delete are all refused, as is a ClusterRole the chart binds but does not render (its rules
+// could be anything) or one that aggregates others.
+func clusterServiceGrantErrors(objs map[string]map[string]any, namespace, name string) []error {
+	var errs []error
+	for key, b := range objs {
+		if dig(b, "kind") != "ClusterRoleBinding" {
+			continue
+		}
+		bound := false
+		subjects, _ := dig(b, "subjects").([]any)
+		for _, s := range subjects {
+			s, _ := s.(map[string]any)
+			if s["kind"] == "ServiceAccount" && s["namespace"] == namespace && s["name"] == name {
+				bound = true
+			}
+		}
+		if !bound {
+			continue
+		}
+		roleName, _ := dig(b, "roleRef", "name").(string)
+		role := objs["ClusterRole/"+roleName]
+		if role == nil {
+			errs = append(errs, fmt.Errorf("%s binds the driver to ClusterRole %s, which the chart does not render", key, roleName))
+			continue
+		}
+		if dig(role, "aggregationRule") != nil {
+			errs = append(errs, fmt.Errorf("ClusterRole %s aggregates other roles", roleName))
+		}
+		rules, _ := dig(role, "rules").([]any)
+		for _, r := range rules {
+			rule, _ := r.(map[string]any)
+			groups, resources, verbs := toStrings(rule["apiGroups"]), toStrings(rule["resources"]), toStrings(rule["verbs"])
+			if !slices.Contains(groups, "") && !slices.Contains(groups, "*") {
+				continue
+			}
+			for _, res := range []string{"services", "services/status"} {
+				if !slices.Contains(resources, res) && !slices.Contains(resources, "*") &&
+					!(res == "services/status" && slices.Contains(resources, "*/status")) {
+					continue
+				}
+				for _, v := range verbs {
+					if !slices.Contains(clusterServiceVerbs[res], v) {
+						errs = append(errs, fmt.Errorf("ClusterRole %s lets the driver %s %s in every namespace (allowed: %v)",
+							roleName, v, res, clusterServiceVerbs[res]))
+					}
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// The check above refuses each way of granting too much on Services cluster-wide.
+func TestClusterServiceGrantErrors(t *testing.T) {
+	binding := map[string]any{"kind": "ClusterRoleBinding", "metadata": map[string]any{"name": "d"},
+		"roleRef":  map[string]any{"kind": "ClusterRole", "name": "d"},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "namespace": "ns", "name": "sa"}}}
+	role := func(rules ...map[string]any) map[string]map[string]any {
+		var rs []any
+		for _, r := range rules {
+			rs = append(rs, r)
+		}
+		return map[string]map[string]any{"ClusterRoleBinding/d": binding, "ClusterRole/d": {"kind": "ClusterRole", "rules": rs}}
+	}
+	rule := func(groups, resources, verbs []any) map[string]any {
+		return map[string]any{"apiGroups": groups, "resources": resources, "verbs": verbs}
+	}
+	core, svc := []any{""}, []any{"services"}
+	for _, tc := range []struct {
+		name string
+		objs map[string]map[string]any
+		bad  bool
+	}{
+		{"read and patch", role(rule(core, svc, []any{"get", "list", "watch", "patch"}), rule(core, []any{"services/status"}, []any{"get", "patch"})), false},
+		{"another resource", role(rule(core, []any{"configmaps"}, []any{"*"})), false},
+		{"verb *", role(rule(core, svc, []any{"*"})), true},
+		{"deletecollection", role(rule(core, svc, []any{"get", "deletecollection"})), true},
+		{"update", role(rule(core, svc, []any{"update"})), true},
+		{"create", role(rule(core, svc, []any{"create"})), true},
+		{"delete", role(rule(core, svc, []any{"delete"})), true},
+		{"update on status", role(rule(core, []any{"services/status"}, []any{"update"})), true},
+		{"resource *", role(rule(core, []any{"*"}, []any{"delete"})), true},
+		{"*/status", role(rule(core, []any{"*/status"}, []any{"update"})), true},
+		{"apiGroup *", role(rule([]any{"*"}, svc, []any{"delete"})), true},
+		{"unrendered role", map[string]map[string]any{"ClusterRoleBinding/d": binding}, true},
+		{"aggregated", map[string]map[string]any{"ClusterRoleBinding/d": binding,
+			"ClusterRole/d": {"kind": "ClusterRole", "aggregationRule": map[string]any{}}}, true},
+	} {
+		errs := clusterServiceGrantErrors(tc.objs, "ns", "sa")
+		if (len(errs) > 0) != tc.bad {
+			t.Errorf("%s: errors %v, want refused %v", tc.name, errs, tc.bad)
+		}
+	}
+}
 
 // The driver's RBAC split (issue 10, issue 14 defect 6): Services are created and deleted only in
 // its own namespace, pools read only in MetalLB's; cluster-wide it may only read and patch
@@ -34,6 +140,18 @@ func TestMetalLBIADRBACSplit(t *testing.T) {
 	if v := verbsOf(cluster, "", "services/status"); !slices.Contains(v, "patch") {
 		t.Errorf("cluster-wide services/status verbs %v: detach needs patch", v)
 	}
+	// Every ClusterRole the chart binds to the driver's ServiceAccount, with wildcards counted:
+	// on Services cluster-wide nothing beyond what attach and detach need.
+	for _, err := range clusterServiceGrantErrors(objs, "cozy-metallb-iad", "metallb-iad") {
+		t.Error(err)
+	}
+	// The check does see the chart's binding: one more verb on the rendered ClusterRole is refused.
+	widened := dig(cluster, "rules").([]any)
+	cluster["rules"] = append(widened, map[string]any{"apiGroups": []any{""}, "resources": []any{"services"}, "verbs": []any{"deletecollection"}})
+	if len(clusterServiceGrantErrors(objs, "cozy-metallb-iad", "metallb-iad")) == 0 {
+		t.Error("deletecollection on Services added to the chart's ClusterRole went unnoticed")
+	}
+	cluster["rules"] = widened
 	if v := verbsOf(cluster, "metallb.io", "ipaddresspools"); len(v) > 0 {
 		t.Errorf("pools readable cluster-wide: %v", v)
 	}

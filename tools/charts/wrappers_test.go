@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/chartdocs"
 )
 
 // copyTree copies the directory src to dst (which must not exist).
@@ -161,6 +163,20 @@ func TestVendoredChartsAreFresh(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// Each chart README's value table is what make chart-docs generates from values.yaml (make
+// check-chart-docs fails the same way, from git status; this runs on any tree, a release's too).
+func TestChartDocsAreFresh(t *testing.T) {
+	for _, name := range []string{"address-controller", "metallb-iad"} {
+		current, regenerated, err := chartdocs.Generate(Dir(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if current != regenerated {
+			t.Errorf("%s: the README's value table is stale; run make chart-docs", name)
+		}
 	}
 }
 

@@ -17,6 +17,10 @@ type Metrics struct {
 	reader      client.Reader
 	addresses   *prometheus.Desc
 	claims      *prometheus.Desc
+	// oldestPending is the creation time of the oldest claim still waiting for an address: the
+	// alert on Pending claims reads its age, which a count of Pending claims cannot give (claims
+	// Pending each for a moment, one after the other, keep a count above zero for ever).
+	oldestPending *prometheus.Desc
 }
 
 // NewMetrics creates the metrics; counts are read from reader (the manager's cache) at scrape
@@ -33,6 +37,9 @@ func NewMetrics(reader client.Reader) *Metrics {
 			"IPAddress objects by class and phase.", []string{"class", "phase"}, nil),
 		claims: prometheus.NewDesc("address_controller_claims",
 			"IPAddressClaim objects by phase.", []string{"phase"}, nil),
+		oldestPending: prometheus.NewDesc("address_controller_oldest_pending_claim_timestamp_seconds",
+			"Creation time (Unix seconds) of the oldest IPAddressClaim waiting for an address: Pending, or not yet "+
+				"given a phase. Absent when no claim waits.", nil, nil),
 	}
 }
 
@@ -54,6 +61,7 @@ func (m *Metrics) observeBind(d time.Duration) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.addresses
 	ch <- m.claims
+	ch <- m.oldestPending
 }
 
 // Collect implements prometheus.Collector.
@@ -79,10 +87,19 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	byPhase := map[string]int{}
+	var oldest time.Time
 	for _, c := range claims.Items {
 		byPhase[string(c.Status.Phase)]++
+		if waiting := c.Status.Phase == ipamv1.ClaimPending || c.Status.Phase == ""; waiting && c.DeletionTimestamp == nil {
+			if created := c.CreationTimestamp.Time; oldest.IsZero() || created.Before(oldest) {
+				oldest = created
+			}
+		}
 	}
 	for p, n := range byPhase {
 		ch <- prometheus.MustNewConstMetric(m.claims, prometheus.GaugeValue, float64(n), p)
+	}
+	if !oldest.IsZero() {
+		ch <- prometheus.MustNewConstMetric(m.oldestPending, prometheus.GaugeValue, float64(oldest.Unix()))
 	}
 }

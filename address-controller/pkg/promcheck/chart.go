@@ -12,6 +12,47 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// CRDEnum returns the values a CRD's schema allows at a field (its enum): the values of a label
+// that is an API field, such as a phase.
+func CRDEnum(crdFile string, path ...string) ([]string, error) {
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		return nil, err
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema schemaNode `json:"openAPIV3Schema"`
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		return nil, err
+	}
+	if len(crd.Spec.Versions) != 1 {
+		return nil, fmt.Errorf("%s: %d versions, want one", crdFile, len(crd.Spec.Versions))
+	}
+	n := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	for _, p := range path {
+		next, ok := n.Properties[p]
+		if !ok {
+			return nil, fmt.Errorf("%s: no field %v", crdFile, path)
+		}
+		n = next
+	}
+	if len(n.Enum) == 0 {
+		return nil, fmt.Errorf("%s: field %v has no enum", crdFile, path)
+	}
+	return n.Enum, nil
+}
+
+type schemaNode struct {
+	Properties map[string]schemaNode
+	Enum       []string
+}
+
 // Expression is one PromQL expression a chart ships and where.
 type Expression struct {
 	Where, Expr string
@@ -67,10 +108,7 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 		return nil, err
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
+		Panels     []dashboardPanel
 		Templating struct {
 			List []struct {
 				Name  string
@@ -82,11 +120,16 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 	if err := json.Unmarshal(data, &dash); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	for _, p := range dash.Panels {
-		for _, t := range p.Targets {
-			out = append(out, Expression{Where: "panel " + p.Title, Expr: t.Expr})
+	var panels func([]dashboardPanel)
+	panels = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			for _, t := range p.Targets {
+				out = append(out, Expression{Where: "panel " + p.Title, Expr: t.Expr})
+			}
+			panels(p.Panels) // a collapsed row keeps its panels inside it
 		}
 	}
+	panels(dash.Panels)
 	for _, v := range dash.Templating.List {
 		if v.Type != "query" {
 			continue
@@ -102,4 +145,11 @@ func ChartExpressions(chartDir, namespace string) ([]Expression, error) {
 		out = append(out, Expression{Where: "variable " + v.Name, Expr: fmt.Sprintf("group by (%s) (%s)", m[2], m[1])})
 	}
 	return out, nil
+}
+
+// dashboardPanel is a Grafana panel: its queries, and the panels of a collapsed row.
+type dashboardPanel struct {
+	Title   string
+	Targets []struct{ Expr string }
+	Panels  []dashboardPanel
 }

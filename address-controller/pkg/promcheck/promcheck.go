@@ -26,23 +26,66 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// Metrics maps a series name to the names of its labels.
-type Metrics map[string][]string
+// Metrics are the series the controllers export: each name with its labels and, where the code
+// fixes them (API constants: phases, pool states), the values a label takes. The zero value is
+// empty and ready to use.
+type Metrics struct {
+	labels map[string][]string
+	values map[[2]string][]string
+}
 
 // Add records a metric family; a histogram or summary adds its _bucket/_sum/_count series.
-func (m Metrics) Add(name string, labels []string, histogram bool) {
-	m[name] = union(m[name], labels)
+func (m *Metrics) Add(name string, labels []string, histogram bool) {
+	if m.labels == nil {
+		m.labels = map[string][]string{}
+	}
+	m.labels[name] = union(m.labels[name], labels)
 	if histogram {
-		m[name+"_bucket"] = union(m[name+"_bucket"], append(slices.Clone(labels), "le"))
-		m[name+"_sum"] = union(m[name+"_sum"], labels)
-		m[name+"_count"] = union(m[name+"_count"], labels)
+		m.labels[name+"_bucket"] = union(m.labels[name+"_bucket"], append(slices.Clone(labels), "le"))
+		m.labels[name+"_sum"] = union(m.labels[name+"_sum"], labels)
+		m.labels[name+"_count"] = union(m.labels[name+"_count"], labels)
 	}
 }
 
-// Merge adds every series of o.
-func (m Metrics) Merge(o Metrics) Metrics {
-	for k, v := range o {
-		m[k] = union(m[k], v)
+// Values records the values the code exports for a label of a metric (every one of them: a
+// query matching another value is an error).
+func (m *Metrics) Values(name, label string, values ...string) {
+	if m.values == nil {
+		m.values = map[[2]string][]string{}
+	}
+	k := [2]string{name, label}
+	m.values[k] = union(m.values[k], values)
+}
+
+// Labels returns a series' labels and whether it is exported at all.
+func (m *Metrics) Labels(name string) ([]string, bool) {
+	l, ok := m.labels[name]
+	return l, ok
+}
+
+// LabelValues returns the values recorded for a label of a metric, if any were.
+func (m *Metrics) LabelValues(name, label string) ([]string, bool) {
+	v, ok := m.values[[2]string{name, label}]
+	return v, ok
+}
+
+// Names returns every series name, sorted.
+func (m *Metrics) Names() []string {
+	out := make([]string, 0, len(m.labels))
+	for k := range m.labels {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Merge adds every series and label value of o.
+func (m *Metrics) Merge(o *Metrics) *Metrics {
+	for k, v := range o.labels {
+		m.Add(k, v, false)
+	}
+	for k, v := range o.values {
+		m.Values(k[0], k[1], v...)
 	}
 	return m
 }
@@ -74,12 +117,12 @@ var descRE = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`
 
 // Registered returns the metrics that register (a controller's own Register method) adds to a
 // registry, read from the descriptions of its collectors.
-func Registered(register func(prometheus.Registerer) error) (Metrics, error) {
+func Registered(register func(prometheus.Registerer) error) (*Metrics, error) {
 	var c capture
 	if err := register(&c); err != nil {
 		return nil, err
 	}
-	out := Metrics{}
+	out := &Metrics{}
 	for _, col := range c.collectors {
 		_, histogram := col.(prometheus.Histogram)
 		if _, ok := col.(*prometheus.HistogramVec); ok {
@@ -107,7 +150,7 @@ func Registered(register func(prometheus.Registerer) error) (Metrics, error) {
 // ControllerRuntime returns controller-runtime's standard metrics as a running controller
 // exports them: it starts a probe controller, makes it reconcile once, and reads the registry
 // controller-runtime serves metrics from.
-func ControllerRuntime(ctx context.Context) (Metrics, error) {
+func ControllerRuntime(ctx context.Context) (*Metrics, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const name = "promcheck-probe"
@@ -143,7 +186,7 @@ func ControllerRuntime(ctx context.Context) (Metrics, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := Metrics{}
+		out := &Metrics{}
 		for _, f := range families {
 			for _, s := range f.GetMetric() {
 				var labels []string
@@ -153,8 +196,8 @@ func ControllerRuntime(ctx context.Context) (Metrics, error) {
 				out.Add(f.GetName(), labels, f.GetType() == dto.MetricType_HISTOGRAM || f.GetType() == dto.MetricType_SUMMARY)
 			}
 		}
-		if _, ok := out["controller_runtime_reconcile_time_seconds_bucket"]; ok {
-			if _, ok := out["workqueue_depth"]; ok {
+		if _, ok := out.Labels("controller_runtime_reconcile_time_seconds_bucket"); ok {
+			if _, ok := out.Labels("workqueue_depth"); ok {
 				return out, nil
 			}
 		}

@@ -9,39 +9,34 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
-// expectedDriverMetrics are metrics the chart relies on that the driver is to export (the pool
-// capacity gauge, being added to internal/driver). Until the driver registers them they are
-// taken from here; once it does, what it registers must agree.
-var expectedDriverMetrics = map[string][]string{
-	"metallb_iad_pool_addresses": {"class", "pool", "state"},
-}
-
-// Every alert expression and dashboard query of the metallb-iad chart names only metrics and
-// labels the driver exports: its own (as its Register method registers them), the pool gauge
-// above, and controller-runtime's standard ones.
+// Every alert expression and dashboard query of the metallb-iad chart names only metrics, labels
+// and label values the driver exports: its own (as its Register method registers them, with the
+// values of the pool gauge's state label read from what it collects) and controller-runtime's
+// standard ones.
 func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
-	known, err := promcheck.Registered(func(r prometheus.Registerer) error { return newDriverMetrics(t).Register(r) })
+	known, err := promcheck.Registered(newDriverMetrics(t, nil).Register)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := known["metallb_iad_placeholders"]; !ok {
-		t.Fatalf("the driver's metrics were not read: %v", known)
-	}
-	for name, labels := range expectedDriverMetrics {
-		if got, ok := known[name]; ok {
-			if !equal(got, labels) {
-				t.Errorf("the driver registers %s with labels %v; the chart expects %v", name, got, labels)
-			}
-			continue
+	for _, want := range []string{"metallb_iad_placeholders", "metallb_iad_pool_addresses", "metallb_iad_lost_addresses"} {
+		if _, ok := known.Labels(want); !ok {
+			t.Fatalf("the driver does not register %s: %v", want, known.Names())
 		}
-		t.Logf("%s is not registered by the driver yet; checking against the expected labels %v", name, labels)
-		known.Add(name, labels, false)
 	}
+	known.Values("metallb_iad_placeholders", "role", driver.RoleProvisioning, driver.RoleHold)
+	known.Values("metallb_iad_pool_addresses", "state", collectedStates(t)...)
 	std, err := promcheck.ControllerRuntime(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -61,10 +56,68 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 	}
 }
 
-// newDriverMetrics calls driver.NewMetrics with a nil reader and namespace names for its string
-// parameters, whatever their number (the driver gains parameters as it grows); the metrics'
-// descriptions do not depend on them.
-func newDriverMetrics(t *testing.T) interface {
+// collectedStates returns the values of metallb_iad_pool_addresses's state label, as the driver's
+// collector emits them for an accepted class whose pool exists (read from a fake client: only the
+// collector's output matters here, the driver's integration tests count against an apiserver).
+func collectedStates(t *testing.T) []string {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{ipamv1.AddToScheme, metallb.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	class := &ipamv1.IPAddressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "public"},
+		Spec:       ipamv1.IPAddressClassSpec{Provisioner: driver.Provisioner, Parameters: map[string]string{driver.ClassParameterPool: "public"}},
+	}
+	class.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}
+	// newDriverMetrics names every namespace parameter cozy-metallb-iad, MetalLB's too.
+	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-metallb-iad", Name: "public"},
+		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"}}}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(class, pool).WithStatusSubresource(class)
+	if err := index.Register(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := newDriverMetrics(t, b.Build()).Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, f := range families {
+		if f.GetName() != "metallb_iad_pool_addresses" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "state" {
+					states = append(states, l.GetValue())
+				}
+			}
+		}
+	}
+	if len(states) == 0 {
+		t.Fatal("the driver's collector emitted no pool gauge for an accepted class")
+	}
+	return states
+}
+
+// builderIndexer registers field indexes on a fake client builder.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+// newDriverMetrics calls driver.NewMetrics with reader (nil: none) and cozy-metallb-iad for each
+// of its string parameters, whatever their number (the driver gains parameters as it grows); the
+// metrics' descriptions do not depend on them.
+func newDriverMetrics(t *testing.T, reader client.Reader) interface {
 	Register(prometheus.Registerer) error
 } {
 	t.Helper()
@@ -72,6 +125,10 @@ func newDriverMetrics(t *testing.T) interface {
 	args := make([]reflect.Value, fn.Type().NumIn())
 	for i := range args {
 		in := fn.Type().In(i)
+		if reader != nil && in.Kind() == reflect.Interface && reflect.TypeOf(reader).Implements(in) {
+			args[i] = reflect.ValueOf(reader)
+			continue
+		}
 		if in.Kind() == reflect.String {
 			args[i] = reflect.ValueOf("cozy-metallb-iad").Convert(in)
 		} else {
@@ -85,20 +142,4 @@ func newDriverMetrics(t *testing.T) interface {
 		t.Fatal("driver.NewMetrics returns no Register method")
 	}
 	return m
-}
-
-func equal(a, b []string) bool {
-	m := map[string]bool{}
-	for _, x := range a {
-		m[x] = true
-	}
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range b {
-		if !m[x] {
-			return false
-		}
-	}
-	return true
 }
