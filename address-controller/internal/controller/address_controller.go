@@ -239,6 +239,11 @@ func (r *AddressReconciler) pass(ctx context.Context, a *ipamv1.IPAddress, live 
 				return reconcile.Result{RequeueAfter: raceRetry}, client.IgnoreNotFound(err)
 			}
 			*a = *fresh
+			// Decided again from the fresh address (its conditions may have changed too).
+			d = decideAddress(a, state, delay, r.now())
+			if d.delete || d.clearClaimRef || (d.phase == a.Status.Phase && timesEqual(d.releasedAt, a.Status.ReleasedAt)) {
+				return reconcile.Result{RequeueAfter: raceRetry}, nil
+			}
 			patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			a.Status.Phase, a.Status.ReleasedAt = d.phase, d.releasedAt
 			if err := r.Client.Status().Patch(ctx, a, patch); err != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +18,9 @@ import (
 // status conditions right after creating it, while the core adds its finalizer and derives the
 // phase; a resourceVersion lock refused the core's writes for those unrelated changes (about 0.8
 // refused writes per reserved address in the benchmark). A failed test (422) means an input did
-// change: the caller falls back to the resourceVersion-locked merge patch, which re-reads on 409
-// as before, so nothing is decided from a changed input and a patch the apiserver cannot apply
-// (say, a claimRef an admin wrote with fields this client would omit) never loops.
+// change: the caller reads the object again and decides from it (the phase: with the
+// resourceVersion-locked merge patch, so a claimRef an admin wrote with fields this client would
+// omit, which no test can match, costs one refusal and no loop).
 
 type patchOp struct {
 	Op    string `json:"op"`
@@ -56,10 +57,23 @@ func jsonPatch(ctx context.Context, c client.Client, o client.Object, status boo
 	} else {
 		err = c.Patch(ctx, o, p)
 	}
-	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+	if testFailed(err) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// testFailed: the apiserver could not apply the JSON patch to the object as it is now (a test
+// operation failed, or a path it removes is gone): a 422 without details, the way the patch
+// handler reports it. Any other refusal, a 422 from an admission policy or a validation rule
+// included (those name the object and carry causes), is an error to report and back off from.
+func testFailed(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d == nil || (d.Kind == "" && d.Name == "" && len(d.Causes) == 0)
 }
 
 // addFinalizerGuarded appends the core's finalizer to an address whose finalizer list is a's

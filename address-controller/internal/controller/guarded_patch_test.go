@@ -2,10 +2,18 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -62,11 +70,6 @@ func TestGuardedPatchesTestOnlyTheirInputs(t *testing.T) {
 	if err := admin.Status().Patch(ctx, changed, client.MergeFrom(o2)); err != nil {
 		t.Fatal(err)
 	}
-	o3 := changed.DeepCopy()
-	meta.SetStatusCondition(&changed.Status.Conditions, metav1.Condition{Type: "Held", Status: metav1.ConditionTrue, Reason: "Test", Message: "m"})
-	if err := admin.Status().Patch(ctx, changed, client.MergeFrom(o3)); err != nil {
-		t.Fatal(err)
-	}
 	// A read from before the driver's condition, but with the status and claimRef as they are:
 	// the phase and releasedAt change, the condition stays.
 	before := o2.DeepCopy()
@@ -75,8 +78,9 @@ func TestGuardedPatchesTestOnlyTheirInputs(t *testing.T) {
 		t.Fatalf("phase next to the driver's condition: ok=%v err=%v", ok, err)
 	}
 	got := read()
-	if got.Status.Phase != ipamv1.AddressReleased || got.Status.ReleasedAt == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, "Held") {
-		t.Fatalf("status %+v: want Released with releasedAt and the driver's Held condition", got.Status)
+	if c := meta.FindStatusCondition(got.Status.Conditions, "Held"); got.Status.Phase != ipamv1.AddressReleased || got.Status.ReleasedAt == nil ||
+		len(got.Status.Conditions) != 1 || c == nil || c.Status != metav1.ConditionFalse || c.Message != "m2" {
+		t.Fatalf("status %+v: want Released with releasedAt and the driver's latest Held (False, m2), not the read's", got.Status)
 	}
 	if ok, err := setPhaseGuarded(ctx, admin, got.DeepCopy(), ipamv1.AddressBound, nil); err != nil || !ok {
 		t.Fatalf("back to Bound: ok=%v err=%v", ok, err)
@@ -104,4 +108,68 @@ func TestGuardedPatchesTestOnlyTheirInputs(t *testing.T) {
 		_ = admin.Patch(ctx, got, p)
 		_ = admin.Delete(ctx, got)
 	})
+}
+
+// A claimRef stored with a field this client omits (an explicit empty uid, as a hand-written
+// manifest may have) never matches the guarded patch's test: the phase still converges, through
+// the locked patch, at the cost of one refusal per phase change and no loop.
+func TestPhaseConvergesWhenTheClaimRefTestCannotMatch(t *testing.T) {
+	ctx := context.Background()
+	since := time.Now()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddress",
+		"metadata": map[string]any{"name": "ip-198-51-100-78"},
+		"spec": map[string]any{"address": "198.51.100.78", "className": "fallback",
+			"claimRef": map[string]any{"namespace": "fallback", "name": "gone", "uid": ""}},
+	}}
+	if err := admin.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var a ipamv1.IPAddress
+		if admin.Get(ctx, client.ObjectKey{Name: "ip-198-51-100-78"}, &a) == nil {
+			p := client.MergeFrom(a.DeepCopy())
+			a.Finalizers = nil
+			_ = admin.Patch(ctx, &a, p)
+			_ = admin.Delete(ctx, &a)
+		}
+	})
+	a := waitAddressPhase(t, "ip-198-51-100-78", ipamv1.AddressReleased)
+	// The driver reports a conflict: the phase must follow, through the fallback.
+	orig := a.DeepCopy()
+	meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionConflict, Status: metav1.ConditionTrue, Reason: "Test", Message: "m"})
+	if err := admin.Status().Patch(ctx, a, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	waitAddressPhase(t, "ip-198-51-100-78", ipamv1.AddressConflict)
+	consistently(t, "no more refusals", 2*time.Second, func() (bool, error) {
+		var refused []string
+		for _, w := range auditedRecords(t, coreUser, since) {
+			if w.Resource == "ipaddresses" && w.Name == "ip-198-51-100-78" && w.Code >= 400 {
+				refused = append(refused, fmt.Sprintf("%s %s: %d", w.Verb, w.URI, w.Code))
+			}
+		}
+		if len(refused) > 1 {
+			return false, fmt.Errorf("%d refused writes, want at most the one guarded patch:\n%s", len(refused), strings.Join(refused, "\n"))
+		}
+		return true, nil
+	})
+}
+
+func TestTestFailedTellsAPatchThatDoesNotApplyFromARefusal(t *testing.T) {
+	gk := schema.GroupKind{Group: "local.sdn.cozystack.io", Kind: "IPAddress"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the patch handler's 422", apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", "testing value /spec/claimRef failed", 0, false), true},
+		{"a validation rule or admission policy", apierrors.NewInvalid(gk, "ip-198-51-100-1", field.ErrorList{field.Forbidden(field.NewPath("status"), "no")}), false},
+		{"a conflict", apierrors.NewConflict(schema.GroupResource{}, "x", nil), false},
+		{"no error", nil, false},
+	} {
+		if got := testFailed(tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
