@@ -34,9 +34,9 @@ const (
 	ClassParameterPool = "pool"
 
 	// LabelRole is "provisioning" on a placeholder that waits for MetalLB to pick an address for a
-	// claim, "hold" on one that holds an IPAddress.
+	// claim, "hold" on one that holds an IPAddress, "release" on a release Service.
 	LabelRole = "metallb.drivers.local.sdn.cozystack.io/role"
-	// LabelAddress names the IPAddress a hold placeholder holds.
+	// LabelAddress names the IPAddress a hold placeholder holds (or a release Service frees).
 	LabelAddress = "metallb.drivers.local.sdn.cozystack.io/address"
 	// LabelClaimUID and LabelFamily identify what a provisioning placeholder is for.
 	LabelClaimUID = "metallb.drivers.local.sdn.cozystack.io/claim-uid"
@@ -46,6 +46,9 @@ const (
 
 	RoleProvisioning = "provisioning"
 	RoleHold         = "hold"
+	// RoleRelease is a short-lived ClusterIP Service under a name MetalLB keeps an allocation
+	// for, which makes MetalLB let go of it (plan_release.go); never a placeholder.
+	RoleRelease = "release"
 )
 
 // ProtectedServiceAnnotations are the annotations through which any writer of a Service can make
