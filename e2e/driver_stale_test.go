@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,7 +67,7 @@ func TestDriverReleasesAStaleAllocationForAHold(t *testing.T) {
 				t.Fatalf("the new hold has the old one's name %s: MetalLB would take it for the same Service", first.Name)
 			}
 			// MetalLB's next pass refuses the new hold: the IP is the deleted one's.
-			waitServiceEvent(ctx, t, c, driverNamespace, second.Name, "AllocationFailed")
+			refusedFor(ctx, t, c, driverNamespace, second.Name, first)
 			s.allowMetalLB(ctx, t)
 			waitHeld(ctx, t, c, s.addr, s.ip)
 			s.checkSettled(ctx, t)
@@ -90,7 +91,7 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 			}
 			waitGone(ctx, t, c, hold)
 			// MetalLB's next pass counts the IP as the deleted hold's: the Service is refused.
-			waitServiceEvent(ctx, t, c, s.ns, "kept", "AllocationFailed")
+			refusedFor(ctx, t, c, s.ns, "kept", hold)
 			s.allowMetalLB(ctx, t)
 			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
 			s.checkSettled(ctx, t)
@@ -266,6 +267,26 @@ func metallbFailingAfterRestart(ctx context.Context, t *testing.T, logPath strin
 		}
 		for _, line := range strings.Split(string(data[offset:]), "\n") {
 			if strings.Contains(line, "failed to handle service, retry") && strings.Contains(line, blocker.Name) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// refusedFor waits for MetalLB's AllocationFailed on the Service naming the deleted placeholder
+// as the IP's holder: the kept allocation is reproduced.
+func refusedFor(ctx context.Context, t *testing.T, c client.Client, ns, name string, deleted *corev1.Service) {
+	t.Helper()
+	holder := deleted.Namespace + "/" + deleted.Name
+	eventually(ctx, t, 60*time.Second, fmt.Sprintf("MetalLB to refuse %s/%s for %s", ns, name, holder), func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == "AllocationFailed" && strings.Contains(e.Note, "in use by "+holder) {
+				t.Logf("MetalLB: %s", e.Note)
 				return true, nil
 			}
 		}

@@ -28,7 +28,8 @@ const (
 	AnnotationPinned = "metallb.drivers.local.sdn.cozystack.io/pinned"
 	// AnnotationReleasing records, while a pin is being removed, the IPs MetalLB must let go of.
 	AnnotationReleasing = "metallb.drivers.local.sdn.cozystack.io/releasing"
-	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry.
+	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry (and on an
+	// attached Service once the driver released an allocation MetalLB kept for its IP).
 	AnnotationNudge = "metallb.drivers.local.sdn.cozystack.io/nudge"
 	// ClassParameterPool names the MetalLB IPAddressPool of a class.
 	ClassParameterPool = "pool"

@@ -22,7 +22,8 @@ import (
 // the tenant Service pinned to the IP, is refused ("address also in use by <the deleted one>").
 //
 // MetalLB lets go of a name when it handles a Service of that name that is not a LoadBalancer
-// (and then passes over every Service again, serving the refused one). So the driver creates, in
+// (a pass over every Service that lists one does too), but it does not try the refused Service
+// again by itself: the driver touches it right after (a nudge). So the driver creates, in
 // its own namespace, a ClusterIP Service under the deleted name — a release Service — keeps it
 // for ReleaseFor (so that even a retried pass, which lists every Service, sees it), and deletes
 // it. It never creates one under a name that exists, never outside its namespace (a tenant
@@ -177,8 +178,9 @@ func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Durati
 		}
 		if now.Sub(since) > maxGuessedWait {
 			// Rounds made on a guess have had their chance: the Service waits for something
-			// else (MetalLB down, a pool that does not admit its namespace). No more writes.
-			return false, 0
+			// else (MetalLB down, a pool that does not admit its namespace). No more writes;
+			// still looked at (DESIGN §5a), in case the wait ends without an event.
+			return false, driverkit.MaxRecheck
 		}
 	}
 	every := min(max(nudgeAfter, driverkit.Recheck(since, now, nudgeAfter)), driverkit.MaxRecheck)
@@ -253,6 +255,13 @@ func planRelease(v addressView, who *corev1.Service, status *ipamv1.IPAddressSta
 	if len(released) > 0 {
 		next.last = v.now
 		p.requeue = driverkit.Sooner(p.requeue, v.releaseFor)
+		// MetalLB drops the name when it handles the release Service, but does not look at the
+		// Service it refused again by itself (it passes over every Service only when the
+		// handling changed a status): touched right after, it is served. A round that came
+		// while MetalLB's first pass was still failing gets its touch at the next round.
+		if p.nudge == nil {
+			p.nudge = who
+		}
 	}
 	if next != (staleWait{since: st.since, last: st.last}) {
 		rp.wait = &next

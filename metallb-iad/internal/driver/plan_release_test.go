@@ -57,7 +57,7 @@ func TestReleaseDue(t *testing.T) {
 		{"a round 2s ago: next after the back-off", 40 * time.Second, 2 * time.Second, false, false, 8 * time.Second},
 		{"back-off passed: next round", 40 * time.Second, 10 * time.Second, false, true, 10 * time.Second},
 		{"a long wait: rounds at most a minute apart", time.Hour, 59 * time.Second, true, false, time.Second},
-		{"a guess that has not helped for ten minutes: no more rounds", 11 * time.Minute, time.Minute, false, false, 0},
+		{"a guess that has not helped for ten minutes: no more rounds", 11 * time.Minute, time.Minute, false, false, time.Minute},
 		{"a long wait: due after a minute", time.Hour, time.Minute, true, true, time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +142,9 @@ func TestPlanRelease(t *testing.T) {
 				if w := p.release.wait; w == nil || !w.last.Equal(v.now) || p.requeue <= 0 || p.requeue > v.releaseFor {
 					t.Fatalf("wait %+v requeue %s", w, p.requeue)
 				}
+				if p.nudge != v.holds[0] {
+					t.Fatal("the refused hold is not touched after the release (MetalLB does not retry it by itself)")
+				}
 			}},
 		{"the named Service exists (not a ghost): nothing released, no StaleAllocation",
 			view(testAddress(ip, Finalizer), refusedHold(false)), func(t *testing.T, v addressView, p addressPlan) {
@@ -202,6 +205,9 @@ func TestPlanRelease(t *testing.T) {
 				}
 				if len(p.events) != 1 || p.events[0].reason != ReasonStaleAllocationReleased {
 					t.Fatalf("events %+v", p.events)
+				}
+				if p.nudge != v.attached {
+					t.Fatal("the refused Service is not touched after the release (MetalLB does not retry it by itself)")
 				}
 			}},
 		{"between rounds: nothing, Held stays StaleAllocation, next round scheduled",
