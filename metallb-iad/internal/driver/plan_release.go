@@ -118,7 +118,9 @@ func ipServed(v *addressView) bool {
 // name, the claim's first provisioning names and the names of the holds this driver deleted for
 // the attach (deleted, from its memory). None when the IP is Lost.
 func staleCandidates(v *addressView, messages map[string]string, deleted ...string) ([]string, bool) {
-	if v.class == nil || v.class.Spec.Provisioner != Provisioner || v.addr.DeletionTimestamp != nil {
+	// (An address an admin deleted that the core still protects is held or served as before,
+	// so it is released for as before; one whose teardown began never gets here.)
+	if v.class == nil || v.class.Spec.Provisioner != Provisioner || driverkit.TeardownMayStart(v.addr) {
 		return nil, false
 	}
 	if r, _ := lostVerdict(*v); r != "" {

@@ -259,6 +259,16 @@ func TestPlanRelease(t *testing.T) {
 					t.Fatalf("%+v", p.release)
 				}
 			}},
+		{"an address an admin deleted that the core still protects: released as before (chaos seed 212695508)",
+			view(func() *ipamv1.IPAddress {
+				a := testAddress(ip, Finalizer, ipamv1.FinalizerAddress)
+				a.DeletionTimestamp = &metav1.Time{Time: t0}
+				return a
+			}(), refusedHold(true)), func(t *testing.T, v addressView, p addressPlan) {
+				if len(p.release.create) != 1 || p.release.create[0].Name != ghost {
+					t.Fatalf("%+v", p.release)
+				}
+			}},
 		{"a Lost address: MetalLB cannot serve it anyway, nothing released",
 			view(testAddress(ip, Finalizer), attached(time.Minute), func(v *addressView) {
 				v.pool = testPool("198.51.100.0/28")
