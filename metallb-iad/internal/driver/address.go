@@ -571,6 +571,11 @@ func (d *Driver) deleteService(ctx context.Context, s *corev1.Service) error {
 		return err
 	}
 	d.expect.Expect(deletedKey(string(uid)), s.Name, d.now())
+	// Should MetalLB keep the IPs it served this placeholder (a delete it never handled), the
+	// address waiting for them knows under which name (plan_release.go).
+	for _, ip := range IngressIPs(s) {
+		d.stale.holdDeleted(ipamv1.AddressName(ip), s.Name)
+	}
 	return nil
 }
 

@@ -309,3 +309,24 @@ func TestReleaseServiceIsNoPlaceholder(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 }
+
+// The driver remembers, per address, the last few names of placeholders it deleted while they
+// served or held the IP, and forgets them with the wait.
+func TestStaleMemoryRemembersDeletedNames(t *testing.T) {
+	m := newStaleMemory()
+	for _, n := range []string{"a", "b", "c", "b", "d", "e"} {
+		m.holdDeleted("ip-1", n)
+	}
+	m.holdDeleted("", "ignored")
+	if _, got := m.get("ip-1"); !slices.Equal(got, []string{"c", "b", "d", "e"}) {
+		t.Fatalf("remembered %v", got)
+	}
+	m.set("ip-1", staleWait{since: t0})
+	m.forget("ip-1")
+	if w, got := m.get("ip-1"); len(got) != 0 || !w.since.IsZero() {
+		t.Fatalf("not forgotten: %v %v", w, got)
+	}
+	if len(m.deleted) != 0 {
+		t.Fatalf("%v", m.deleted)
+	}
+}

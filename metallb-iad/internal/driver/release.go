@@ -18,12 +18,14 @@ import (
 type staleMemory struct {
 	mu sync.Mutex
 	m  map[string]staleWait
-	// deleted are the names of the holds this driver deleted for an attach, by address (the
-	// last few): the names MetalLB may keep the IP under besides the usual ones.
+	// deleted are the names of the placeholders this driver deleted while MetalLB served them
+	// the address's IP, or as its hold for an attach, by address (the last few): the names
+	// MetalLB may keep the IP under besides the usual ones.
 	deleted map[string][]string
 }
 
-// maxDeletedNames bounds the names remembered per address.
+// maxDeletedNames bounds the names remembered per address (keys are addresses' names, one per
+// IP of the pools: the memory is bounded by the pools' sizes even for an IP no address gets).
 const maxDeletedNames = 4
 
 func newStaleMemory() *staleMemory {
@@ -36,7 +38,8 @@ func (s *staleMemory) get(address string) (staleWait, []string) {
 	return s.m[address], slices.Clone(s.deleted[address])
 }
 
-// holdDeleted remembers that the hold name of address was deleted for an attach.
+// holdDeleted remembers that a placeholder named name, holding or served address's IP, was
+// deleted.
 func (s *staleMemory) holdDeleted(address, name string) {
 	if address == "" {
 		return
