@@ -29,6 +29,7 @@ func main() {
 		namespace = flag.String("namespace", envOr("POD_NAMESPACE", "cozy-metallb-iad"), "namespace of the placeholder Services")
 		metallbNS = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
 		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
+		relAfter  = flag.Duration("release-after", driver.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart")
 	)
 	flag.Parse()
 	if opts.PrintVersion {
@@ -59,7 +60,8 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge}
+	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge,
+		ReleaseAfter: *relAfter}
 	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace, *metallbNS)
 	if err := d.Metrics.Register(metrics.Registry); err != nil {
 		log.Error(err, "registering metrics")

@@ -72,6 +72,9 @@ func (d *Driver) sweepPeriodically(ctx context.Context) error {
 		if err := d.sweepOrphans(ctx); err != nil {
 			log.FromContext(ctx).Error(err, "sweeping orphaned holds")
 		}
+		if err := d.sweepReleases(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "sweeping expired release Services")
+		}
 	}
 }
 
@@ -186,6 +189,7 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	if err := d.client.Get(ctx, req.NamespacedName, &cached); err != nil {
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
+			d.stale.forget(req.Name)
 			if d.eventSweepOff.Load() {
 				return reconcile.Result{}, nil
 			}
@@ -218,7 +222,8 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if err != nil {
 		return nil, nil // the CRD rejects these; nothing to hold
 	}
-	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter}
+	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
+		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter}
 	var class ipamv1.IPAddressClass
 	if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
 		v.class = &class
@@ -238,7 +243,8 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.holds, err = d.holdsOf(ctx, a.Name); err != nil {
 		return nil, err
 	}
-	if v.failedAt, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
+	var failures map[string]string
+	if v.failedAt, failures, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
 		return nil, err
 	}
 	if len(v.holds) > 0 {
@@ -261,6 +267,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 		}
 	}
 	if v.holders, err = d.holdersOf(ctx, a, ip); err != nil {
+		return nil, err
+	}
+	if err := d.staleSnapshot(ctx, v, failures); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -342,14 +351,15 @@ func (d *Driver) refreshServices(ctx context.Context, v *addressView) error {
 }
 
 // allocationFailures looks up, uncached, MetalLB's latest AllocationFailed report on each
-// placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it.
-func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, error) {
-	out := map[types.UID]time.Time{}
+// placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it;
+// when, and what it said (by uid).
+func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, map[string]string, error) {
+	out, said := map[types.UID]time.Time{}, map[string]string{}
 	for _, s := range placeholders {
 		if !mayNudge(s, now, d.NudgeAfter) {
 			continue
 		}
-		t, err := d.lastAllocationFailed(ctx, s)
+		t, msg, err := d.lastAllocationFailed(ctx, s)
 		if err != nil {
 			// Not knowing MetalLB's last report must not stop the rest of the pass (teardown,
 			// Lost, Conflict, the hold): without one, the nudge waits for a minute of silence.
@@ -358,26 +368,30 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 			continue
 		}
 		out[s.UID] = t
+		if msg != "" {
+			said[string(s.UID)] = msg
+		}
 	}
-	return out, nil
+	return out, said, nil
 }
 
 // lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service (zero when
-// never): an uncached list of the Events on it of that reason.
-func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, error) {
+// never) and what it said: an uncached list of the Events on it of that reason.
+func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, string, error) {
 	var evs corev1.EventList
 	if err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.AndSelectors(
 		fields.OneTermEqualSelector("involvedObject.uid", string(s.UID)),
 		fields.OneTermEqualSelector("reason", "AllocationFailed"))}); err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	var last time.Time
+	var msg string
 	for i := range evs.Items {
-		if t := eventTime(&evs.Items[i]); t.After(last) {
-			last = t
+		if t := eventTime(&evs.Items[i]); t.After(last) || i == 0 {
+			last, msg = t, evs.Items[i].Message
 		}
 	}
-	return last, nil
+	return last, msg, nil
 }
 
 // eventTime is when an event was last seen.
@@ -484,8 +498,19 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		d.announce.Forget(client.ObjectKeyFromObject(a))
 		return nil
 	}
+	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
+		return err
+	}
 	if p.createHold != nil {
-		if err := d.client.Create(ctx, p.createHold); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := d.client.Create(ctx, p.createHold)
+		if apierrors.IsAlreadyExists(err) {
+			// Made by an earlier pass the cache does not show yet; or a release Service under
+			// the name (being deleted): never taken for the hold, which is made on a later pass.
+			var s corev1.Service
+			if gerr := d.reader.Get(ctx, client.ObjectKeyFromObject(p.createHold), &s); gerr == nil && s.Labels[LabelRole] != RoleHold {
+				return nil
+			}
+		} else if err != nil {
 			return err
 		}
 		d.expect.Expect(holdKey(a.Name), p.createHold.Name, d.now())
@@ -546,6 +571,11 @@ func (d *Driver) deleteService(ctx context.Context, s *corev1.Service) error {
 		return err
 	}
 	d.expect.Expect(deletedKey(string(uid)), s.Name, d.now())
+	// Should MetalLB keep the IPs it served this placeholder (a delete it never handled), the
+	// address waiting for them knows under which name (plan_release.go).
+	for _, ip := range IngressIPs(s) {
+		d.stale.holdDeleted(ipamv1.AddressName(ip), s.Name)
+	}
 	return nil
 }
 

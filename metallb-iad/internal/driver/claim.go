@@ -91,7 +91,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		}
 	}
 	var err error
-	if v.failedAt, err = d.allocationFailures(ctx, v.placeholders, v.now); err != nil {
+	if v.failedAt, _, err = d.allocationFailures(ctx, v.placeholders, v.now); err != nil {
 		return v, err
 	}
 	// What each served placeholder's IP already is.

@@ -36,6 +36,11 @@ type Driver struct {
 	// NudgeAfter is how long a placeholder may wait for MetalLB before it is touched to make
 	// MetalLB try again (it does not retry a failed allocation on its own). 3s when zero.
 	NudgeAfter time.Duration
+	// ReleaseFor is how long a release Service lives (plan_release.go); DefaultReleaseFor when
+	// zero. ReleaseAfter is how long a Service this driver pinned waits unserved before the
+	// driver releases the names MetalLB may keep its IP under; DefaultReleaseAfter when zero.
+	ReleaseFor   time.Duration
+	ReleaseAfter time.Duration
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
@@ -48,7 +53,9 @@ type Driver struct {
 	reader   client.Reader
 	announce *driverkit.Announcer
 	expect   *expectations
-	now      func() time.Time
+	// stale remembers, per address, its wait for MetalLB's kept allocations (plan_release.go).
+	stale *staleMemory
+	now   func() time.Time
 	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
 	// periodic sweep alone).
 	eventSweepOff atomic.Bool
@@ -63,6 +70,13 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if d.NudgeAfter == 0 {
 		d.NudgeAfter = 3 * time.Second
 	}
+	if d.ReleaseFor == 0 {
+		d.ReleaseFor = DefaultReleaseFor
+	}
+	if d.ReleaseAfter == 0 {
+		d.ReleaseAfter = DefaultReleaseAfter
+	}
+	d.stale = newStaleMemory()
 	if d.SweepEvery == 0 {
 		d.SweepEvery = driverkit.MaxRecheck
 	}

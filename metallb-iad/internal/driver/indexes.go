@@ -15,6 +15,8 @@ import (
 const (
 	// indexHoldOf keys a hold placeholder by the IPAddress it holds.
 	indexHoldOf = "metallb-iad.holdOf"
+	// indexReleaseOf keys a release Service by the IPAddress whose IP it frees.
+	indexReleaseOf = "metallb-iad.releaseOf"
 	// indexProvisioningFor keys a provisioning placeholder by its claim's uid.
 	indexProvisioningFor = "metallb-iad.provisioningFor"
 	// indexProvisioningForKey keys a provisioning placeholder by its claim's "namespace/name".
@@ -43,6 +45,12 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 	}{
 		{&corev1.Service{}, indexHoldOf, func(o client.Object) []string {
 			if o.GetLabels()[LabelRole] != RoleHold {
+				return nil
+			}
+			return []string{o.GetLabels()[LabelAddress]}
+		}},
+		{&corev1.Service{}, indexReleaseOf, func(o client.Object) []string {
+			if o.GetLabels()[LabelRole] != RoleRelease {
 				return nil
 			}
 			return []string{o.GetLabels()[LabelAddress]}

@@ -28,15 +28,16 @@ const (
 	AnnotationPinned = "metallb.drivers.local.sdn.cozystack.io/pinned"
 	// AnnotationReleasing records, while a pin is being removed, the IPs MetalLB must let go of.
 	AnnotationReleasing = "metallb.drivers.local.sdn.cozystack.io/releasing"
-	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry.
+	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry (and on an
+	// attached Service once the driver released an allocation MetalLB kept for its IP).
 	AnnotationNudge = "metallb.drivers.local.sdn.cozystack.io/nudge"
 	// ClassParameterPool names the MetalLB IPAddressPool of a class.
 	ClassParameterPool = "pool"
 
 	// LabelRole is "provisioning" on a placeholder that waits for MetalLB to pick an address for a
-	// claim, "hold" on one that holds an IPAddress.
+	// claim, "hold" on one that holds an IPAddress, "release" on a release Service.
 	LabelRole = "metallb.drivers.local.sdn.cozystack.io/role"
-	// LabelAddress names the IPAddress a hold placeholder holds.
+	// LabelAddress names the IPAddress a hold placeholder holds (or a release Service frees).
 	LabelAddress = "metallb.drivers.local.sdn.cozystack.io/address"
 	// LabelClaimUID and LabelFamily identify what a provisioning placeholder is for.
 	LabelClaimUID = "metallb.drivers.local.sdn.cozystack.io/claim-uid"
@@ -46,6 +47,9 @@ const (
 
 	RoleProvisioning = "provisioning"
 	RoleHold         = "hold"
+	// RoleRelease is a short-lived ClusterIP Service under a name MetalLB keeps an allocation
+	// for, which makes MetalLB let go of it (plan_release.go); never a placeholder.
+	RoleRelease = "release"
 )
 
 // ProtectedServiceAnnotations are the annotations through which any writer of a Service can make

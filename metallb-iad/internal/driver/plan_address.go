@@ -63,6 +63,13 @@ type addressView struct {
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
 
+	// stale is what the pass knows of MetalLB's possibly kept allocations of the IP
+	// (plan_release.go); releaseFor is how long a release Service lives, releaseAfter how long an
+	// attached Service waits unserved before the driver releases.
+	stale        staleView
+	releaseFor   time.Duration
+	releaseAfter time.Duration
+
 	namespace  string
 	now        time.Time
 	nudgeAfter time.Duration
@@ -87,6 +94,8 @@ type addressPlan struct {
 	createHold      *corev1.Service
 	pinHold         *corev1.Service
 	nudge           *corev1.Service
+	// release are the release Services to create and delete (plan_release.go).
+	release releasePlan
 	// status is the driver's part of the status to write, nil when unchanged.
 	status *ipamv1.IPAddressStatus
 	events []event
@@ -132,6 +141,9 @@ func planAddress(v addressView) addressPlan {
 	}
 	lostReason, lostMessage := lostVerdict(v)
 	adopter := adoptingService(v)
+	// waiting is the Service that should show the IP and does not: MetalLB may keep the IP for
+	// a deleted placeholder (plan_release.go).
+	var waiting *corev1.Service
 
 	switch {
 	case v.attached != nil:
@@ -142,6 +154,9 @@ func planAddress(v addressView) addressPlan {
 			p.deleteHolds = v.holds
 		}
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(v.attached))
+		if lostReason == "" && attachedUnserved(&v) {
+			waiting = v.attached
+		}
 	case lostReason != "":
 		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.
 		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
@@ -153,8 +168,9 @@ func planAddress(v addressView) addressPlan {
 		// Nothing waits on an event alone (DESIGN §5a): the adoption is looked at again.
 		p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
 	default:
-		planHold(v, status, &p)
+		waiting = planHold(v, status, &p)
 	}
+	planRelease(v, waiting, status, &p)
 
 	if lostReason != "" {
 		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
@@ -189,8 +205,9 @@ func planTeardown(v addressView) addressPlan {
 	return addressPlan{deleteHolds: v.holds, removeFinalizer: true}
 }
 
-// planHold keeps exactly one placeholder pinned to an address that no Service uses.
-func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
+// planHold keeps exactly one placeholder pinned to an address that no Service uses. It returns
+// the hold MetalLB has not served yet (nil when none).
+func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *corev1.Service {
 	a := v.addr
 	if len(v.holds) == 0 {
 		switch {
@@ -199,7 +216,7 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 			// IP) by this driver; the cache has not shown the hold yet. No status either: the
 			// next pass, with the hold in view, writes it once.
 			p.requeue = time.Second
-			return
+			return nil
 		case releasingHolder(v) != nil:
 			// A Service this driver unpinned still shows the IP: a hold now would only get
 			// MetalLB's AllocationFailed. Wait for MetalLB to let go.
@@ -207,14 +224,14 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 			setCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
 				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.ip, s.Namespace, s.Name))
 			p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
-			return
+			return nil
 		default:
 			p.createHold = HoldService(v.namespace, a.Name, v.ip, v.class.Spec.Parameters[ClassParameterPool])
 			p.requeue = v.nudgeAfter
 		}
 		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, v.namespace, HoldName(a.Name)))
-		return
+		return nil
 	}
 	holds := slices.Clone(v.holds)
 	// Keep the one MetalLB serves (else the oldest); a second one is a leftover.
@@ -238,7 +255,7 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	}
 	if slices.Contains(IngressIPs(hold), v.ip) {
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
-		return
+		return nil
 	}
 	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
@@ -247,6 +264,7 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
 		p.nudge = hold
 	}
 	p.requeue = wait
+	return hold
 }
 
 // nudgeDue decides whether a placeholder MetalLB has not served should be touched now, and when

@@ -190,9 +190,9 @@ func ownAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) bool {
 }
 
 // attachedTo reports whether an attachment names the Service (namespace, name, and uid unless
-// not recorded).
+// not recorded); no attachment (nil) names none.
 func attachedTo(at *ipamv1.AttachmentReference, svc *corev1.Service) bool {
-	return at.Namespace == svc.Namespace && at.Name == svc.Name && (at.UID == "" || at.UID == svc.UID)
+	return at != nil && at.Namespace == svc.Namespace && at.Name == svc.Name && (at.UID == "" || at.UID == svc.UID)
 }
 
 func orPending(p ipamv1.ClaimPhase) string {

@@ -287,3 +287,12 @@ func TestAutoClaimOf(t *testing.T) {
 		t.Fatal("a claim not made by auto-claim links by name")
 	}
 }
+
+// An address listed (from the cache) as attached to the Service, whose fresh read no longer has
+// attachedTo (cleared since), is not attached here: the Service reconciler must not panic on it
+// (seen in the envtest suite: a nil attachedTo in attachSnapshot).
+func TestAttachedToWithoutAttachment(t *testing.T) {
+	if attachedTo(nil, svc("t", "web", "web-uid")) {
+		t.Fatal("no attachment names the Service")
+	}
+}

@@ -20,9 +20,10 @@ package driver
 // +kubebuilder:rbac:groups="",resources=services/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
-// In its own namespace: placeholder Services are created and deleted there only; leader
-// election's Lease and its events (core group); MetalLB's AllocationFailed events on the
-// placeholders are listed before a placeholder is nudged.
+// In its own namespace: placeholder Services, and the short-lived release Services that make
+// MetalLB drop an allocation it kept for a deleted placeholder, are created and deleted there
+// only; leader election's Lease and its events (core group); MetalLB's AllocationFailed events on
+// the placeholders are listed before a placeholder is nudged or a kept name released.
 //
 // +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=services,verbs=create;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=cozy-metallb-iad,resources=leases,verbs=get;list;watch;create;update;patch;delete

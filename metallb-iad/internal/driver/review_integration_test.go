@@ -323,11 +323,11 @@ func TestAllocationFailedIsSeen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := testDriver.lastAllocationFailed(ctx, refused)
+	got, _, err := testDriver.lastAllocationFailed(ctx, refused)
 	if err != nil || !got.Equal(at.Time) {
 		t.Fatalf("refused placeholder: %v, %v; want %v", got, err, at.Time)
 	}
-	got, err = testDriver.lastAllocationFailed(ctx, waiting)
+	got, _, err = testDriver.lastAllocationFailed(ctx, waiting)
 	if err != nil || !got.IsZero() {
 		t.Fatalf("waiting placeholder: %v, %v; want none", got, err)
 	}

@@ -213,11 +213,13 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		d.wroteAddress(a)
 		d.expect.Expect(attachKey(a.Name), string(svc.UID), d.now())
 	}
-	// 2. Release the holds.
+	// 2. Release the holds. (Their names are remembered: should MetalLB keep the IP under one of
+	// them, plan_release.go releases it.)
 	for _, s := range p.deleteHolds {
 		if err := d.deleteService(ctx, s); err != nil {
 			return err
 		}
+		d.stale.holdDeleted(s.Labels[LabelAddress], s.Name)
 	}
 	// 3. Pin the Service.
 	if p.pin != "" {

@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// MetalLB v0.15.2 drops every Service event after a restart until one pass over all Services
+// succeeds; a placeholder the driver deletes while those passes keep failing stays allocated in
+// MetalLB's memory under its name. The driver must make MetalLB let go of it (a release Service of
+// that name), so that the hold made in that window, or the Service attached in it, gets the IP.
+//
+// MetalLB's passes are made to fail on purpose: a ValidatingAdmissionPolicy denies the status
+// writes of one labelled LoadBalancer Service (in a namespace of its own, from a pool of its own),
+// so every pass of MetalLB's after its restart ends in a retry until the policy is removed.
+
+// The hold: a Service attached and gone again while MetalLB's pass fails. The first hold (the
+// claim's provisioning placeholder, relabelled) was deleted by the attach; the new hold, under
+// another name, is refused because MetalLB still counts the IP as the first one's.
+func TestDriverReleasesAStaleAllocationForAHold(t *testing.T) {
+	f := features.New("a hold refused for a deleted placeholder's allocation").
+		Assess("is served once the driver releases the deleted name", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			s := newStaleScene(ctx, t, c, "hold", "203.0.113.64/30", "203.0.113.72/30")
+			first := holdOf(ctx, t, c, s.addr)
+			t.Logf("%s held by %s", s.ip, first.Name)
+			s.metallbFailingAfterRestart(ctx, t)
+			svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
+			if err := c.Create(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(ctx, t, c, first)
+			eventually(ctx, t, 30*time.Second, "the Service to be pinned", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc)
+				return svc.Annotations[pinnedMarker] == "true", err
+			})
+			if err := c.Delete(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			var second *corev1.Service
+			eventually(ctx, t, 30*time.Second, "a new hold", func(ctx context.Context) (bool, error) {
+				var list corev1.ServiceList
+				err := c.List(ctx, &list, client.InNamespace(driverNamespace),
+					client.MatchingLabels{addressLabel: s.addr, roleLabel: "hold"})
+				if err != nil || len(list.Items) != 1 {
+					return false, err
+				}
+				second = &list.Items[0]
+				return true, nil
+			})
+			if second.Name == first.Name {
+				t.Fatalf("the new hold has the old one's name %s: MetalLB would take it for the same Service", first.Name)
+			}
+			// MetalLB's next pass refuses the new hold: the IP is the deleted one's.
+			refusedFor(ctx, t, c, driverNamespace, second.Name, first)
+			s.allowMetalLB(ctx, t)
+			waitHeld(ctx, t, c, s.addr, s.ip)
+			s.checkSettled(ctx, t)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// The Service: attached while MetalLB's pass fails. The hold the attach deleted keeps the IP in
+// MetalLB's memory, and the Service's pin is refused.
+func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
+	f := features.New("a Service refused for a deleted hold's allocation").
+		Assess("is served once the driver releases the deleted name", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			s := newStaleScene(ctx, t, c, "svc", "203.0.113.68/30", "203.0.113.76/30")
+			hold := holdOf(ctx, t, c, s.addr)
+			t.Logf("%s held by %s", s.ip, hold.Name)
+			s.metallbFailingAfterRestart(ctx, t)
+			if err := c.Create(ctx, lbServiceFor(s.ns, "kept", ipamv1.IPv4)); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(ctx, t, c, hold)
+			// MetalLB's next pass counts the IP as the deleted hold's: the Service is refused.
+			refusedFor(ctx, t, c, s.ns, "kept", hold)
+			s.allowMetalLB(ctx, t)
+			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
+			s.checkSettled(ctx, t)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// staleScene is one claim Bound and held in a class of its own, and a blocker Service whose
+// status MetalLB cannot write while the policy is in force.
+type staleScene struct {
+	ns, class, addr, ip string
+	metallbLog          string
+	blocker             *corev1.Service
+	c                   client.Client
+}
+
+func newStaleScene(ctx context.Context, t *testing.T, c client.Client, tag, claimRange, blockerRange string) *staleScene {
+	t.Helper()
+	local := localCluster(t)
+	s := &staleScene{c: c, class: "e2e-stale-" + tag}
+	for _, p := range local.Processes() {
+		if p.Spec.Name == "metallb-controller" {
+			s.metallbLog = p.LogPath
+		}
+	}
+	if s.metallbLog == "" {
+		t.Fatal("no metallb-controller process")
+	}
+	s.ns = tenantNamespace(ctx, t, c, "tenant-stale-"+tag)
+	poolWithClass(ctx, t, c, s.class, ipamv1.ReclaimRetain, claimRange)
+	newTenantClaim(ctx, t, c, s.ns, "kept", s.class, ipamv1.IPv4)
+	claim := waitClaimBound(ctx, t, c, s.ns, "kept")
+	s.addr, s.ip = claim.Status.Addresses[0].Name, claim.Status.Addresses[0].Address
+	waitHeld(ctx, t, c, s.addr, s.ip)
+	s.blocker = denyMetalLBStatusWrites(ctx, t, c, "stale-blocker-"+tag, blockerRange)
+	return s
+}
+
+func (s *staleScene) metallbFailingAfterRestart(ctx context.Context, t *testing.T) {
+	t.Helper()
+	metallbFailingAfterRestart(ctx, t, s.metallbLog, s.blocker)
+}
+
+func (s *staleScene) allowMetalLB(ctx context.Context, t *testing.T) {
+	t.Helper()
+	allowMetalLBStatusWrites(ctx, t, s.c)
+}
+
+// checkSettled: every address held once, and the release Services gone once their work is done.
+func (s *staleScene) checkSettled(ctx context.Context, t *testing.T) {
+	t.Helper()
+	checkInvariants(ctx, t, s.c, invariantScope{Classes: []string{s.class}, Namespaces: []string{s.ns}})
+	eventually(ctx, t, 90*time.Second, "no release Service left in the driver's namespace", func(ctx context.Context) (bool, error) {
+		var list corev1.ServiceList
+		if err := s.c.List(ctx, &list, client.InNamespace(driverNamespace), client.MatchingLabels{roleLabel: "release"}); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+}
+
+const (
+	roleLabel    = "metallb.drivers.local.sdn.cozystack.io/role"
+	addressLabel = "metallb.drivers.local.sdn.cozystack.io/address"
+	denyLabel    = "e2e.reserved-ips.cozystack.io/deny-metallb-status"
+	denyPolicy   = "e2e-deny-metallb-status"
+)
+
+// denyMetalLBStatusWrites makes MetalLB's status writes of one LoadBalancer Service fail: a
+// policy denies every status update of Services labelled denyLabel, and the Service (of a pool
+// of its own, in a namespace that is not a tenant's) asks MetalLB for an address it cannot
+// record. It returns the Service. Everything is removed at the end of the test.
+func denyMetalLBStatusWrites(ctx context.Context, t *testing.T, c client.Client, name, poolRange string) *corev1.Service {
+	t.Helper()
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptrTo(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{denyLabel: "true"}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+						Resources: []string{"services/status"}},
+				}}},
+			},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "the e2e test denies this status write"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: denyPolicy,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { allowMetalLBStatusWrites(context.Background(), t, c) })
+
+	// Not a tenant namespace: the service-pins policy would refuse the pool annotation there.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	newPool(ctx, t, c, name, ptrTo(false), poolRange)
+	// Created as a ClusterIP Service first (MetalLB writes nothing for it), so that the policy
+	// is seen in force before MetalLB has anything to write.
+	b := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name, Labels: map[string]string{denyLabel: "true"},
+			Annotations: map[string]string{poolAnnotation: name}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := c.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, 30*time.Second, "the policy to deny status writes of the blocker", func(ctx context.Context) (bool, error) {
+		var s corev1.Service
+		if err := c.Get(ctx, client.ObjectKeyFromObject(b), &s); err != nil {
+			return false, err
+		}
+		s.Status.Conditions = []metav1.Condition{{Type: "E2EProbe", Status: metav1.ConditionTrue, Reason: "Probe",
+			LastTransitionTime: metav1.Now()}}
+		err := c.Status().Update(ctx, &s, client.DryRunAll)
+		if err == nil {
+			return false, fmt.Errorf("a status write was admitted")
+		}
+		if strings.Contains(err.Error(), "denies this status write") {
+			return true, nil
+		}
+		return false, err
+	})
+	patch := client.MergeFrom(b.DeepCopy())
+	b.Spec.Type = corev1.ServiceTypeLoadBalancer
+	b.Spec.AllocateLoadBalancerNodePorts = ptrTo(false)
+	if err := c.Patch(ctx, b, patch); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// allowMetalLBStatusWrites removes the policy of denyMetalLBStatusWrites.
+func allowMetalLBStatusWrites(ctx context.Context, t *testing.T, c client.Client) {
+	t.Helper()
+	for _, o := range []client.Object{
+		&admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy}},
+		&admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy}},
+	} {
+		if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// metallbFailingAfterRestart kills MetalLB's controller, waits until the supervisor restarted
+// it, and then until its log shows a pass over all Services that failed on the blocker.
+func metallbFailingAfterRestart(ctx context.Context, t *testing.T, logPath string, blocker *corev1.Service) {
+	t.Helper()
+	st, err := os.Stat(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset := st.Size()
+	restart(ctx, t, "metallb-controller")
+	eventually(ctx, t, 60*time.Second, "MetalLB's pass over all Services to fail on the blocker", func(ctx context.Context) (bool, error) {
+		data, err := os.ReadFile(logPath)
+		if err != nil || int64(len(data)) < offset {
+			return false, err
+		}
+		for _, line := range strings.Split(string(data[offset:]), "\n") {
+			if strings.Contains(line, "failed to handle service, retry") && strings.Contains(line, blocker.Name) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// refusedFor waits for MetalLB's AllocationFailed on the Service naming the deleted placeholder
+// as the IP's holder: the kept allocation is reproduced.
+func refusedFor(ctx context.Context, t *testing.T, c client.Client, ns, name string, deleted *corev1.Service) {
+	t.Helper()
+	holder := deleted.Namespace + "/" + deleted.Name
+	eventually(ctx, t, 60*time.Second, fmt.Sprintf("MetalLB to refuse %s/%s for %s", ns, name, holder), func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == "AllocationFailed" && strings.Contains(e.Note, "in use by "+holder) {
+				t.Logf("MetalLB: %s", e.Note)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// holdOf is the placeholder that holds the address.
+func holdOf(ctx context.Context, t *testing.T, c client.Client, address string) *corev1.Service {
+	t.Helper()
+	var list corev1.ServiceList
+	if err := c.List(ctx, &list, client.InNamespace(driverNamespace),
+		client.MatchingLabels{addressLabel: address, roleLabel: "hold"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("address %s has %d holds", address, len(list.Items))
+	}
+	return &list.Items[0]
+}
+
+func waitGone(ctx context.Context, t *testing.T, c client.Client, o client.Object) {
+	t.Helper()
+	eventually(ctx, t, 30*time.Second, fmt.Sprintf("%s to be gone", client.ObjectKeyFromObject(o)), func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}

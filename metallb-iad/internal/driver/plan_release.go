@@ -1,0 +1,323 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+)
+
+// MetalLB's kept allocations.
+//
+// After a restart, MetalLB v0.15.2's controller ignores every Service event until one pass over
+// all Services has succeeded; a pass that fails for any Service is retried, and the addresses it
+// assigned in memory stay. A placeholder this driver deletes in that window keeps its IP in
+// MetalLB's memory for good: no delete event of it is ever handled. The hold made afterwards, or
+// the tenant Service pinned to the IP, is refused ("address also in use by <the deleted one>").
+//
+// MetalLB lets go of a name when it handles a Service of that name that is not a LoadBalancer
+// (a pass over every Service that lists one does too), but it does not try the refused Service
+// again by itself: the driver touches it right after (a nudge). So the driver creates, in
+// its own namespace, a ClusterIP Service under the deleted name — a release Service — keeps it
+// for ReleaseFor (so that even a retried pass, which lists every Service, sees it), and deletes
+// it. It never creates one under a name that exists, never outside its namespace (a tenant
+// Service kept that way still needs MetalLB's controller restarted), and at most one per name
+// (the apiserver refuses a second). Rounds repeat with the usual back-off while the IP stays
+// unserved; the periodic sweep deletes release Services left by a driver that restarted.
+
+// Reasons of the release.
+const (
+	// ReasonStaleAllocation (Held=False): MetalLB keeps the IP for a Service that no longer
+	// exists; the driver is releasing it.
+	ReasonStaleAllocation = "StaleAllocation"
+	// ReasonStaleAllocationReleased is the Normal event on the address when it released names.
+	ReasonStaleAllocationReleased = "StaleAllocationReleased"
+)
+
+// Defaults of Driver.ReleaseFor (how long a release Service lives) and Driver.ReleaseAfter (how
+// long a Service pinned by this driver waits unserved before the driver releases the names MetalLB
+// may keep its IP under).
+const (
+	DefaultReleaseFor   = 10 * time.Second
+	DefaultReleaseAfter = 30 * time.Second
+)
+
+// maxGuessedWait ends the rounds made without MetalLB naming the kept Service (an attached
+// Service): after this long unserved, releasing the same absent names again would only write.
+const maxGuessedWait = 10 * time.Minute
+
+// staleView is what an address pass knows of MetalLB's possibly kept allocations of its IP.
+type staleView struct {
+	// names are the Services of the driver's namespace under which MetalLB may keep the IP:
+	// those MetalLB's AllocationFailed on the hold names (known), else, for an attached Service
+	// MetalLB does not serve, the names this driver could have held the IP under.
+	names []string
+	known bool
+	// free are the names confirmed (uncached) not to exist; looked up only when a round is due.
+	free map[string]bool
+	// releases are the release Services of this address.
+	releases []*corev1.Service
+	// since is when this driver first saw the IP wait so, last when it last released names
+	// (its memory; zero when none); remembered: the memory has names of holds it deleted.
+	since, last time.Time
+	remembered  bool
+}
+
+// staleWait is the driver's memory of one address's wait (see staleView).
+type staleWait struct {
+	since, last time.Time
+}
+
+// staleNames parses MetalLB's AllocationFailed message ("… address also in use by ns/a,ns/b")
+// into the names of the Services of namespace it names, but those in live (names that exist
+// as the driver's placeholders: not stale).
+func staleNames(message, namespace string, live ...string) []string {
+	const marker = "address also in use by "
+	i := strings.LastIndex(message, marker)
+	if i < 0 {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(message[i+len(marker):], ",") {
+		ns, name, ok := strings.Cut(strings.TrimSpace(part), "/")
+		if !ok || ns != namespace || name == "" || slices.Contains(live, name) || slices.Contains(out, name) {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// attachedUnserved: the address is attached to a Service this driver pinned to its IP, and
+// MetalLB does not show the IP in the Service's status.
+func attachedUnserved(v *addressView) bool {
+	s := v.attached
+	return s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.ip) &&
+		!slices.Contains(IngressIPs(s), v.ip)
+}
+
+// ipServed: the Service that should show the IP does: the attached one, else a hold.
+func ipServed(v *addressView) bool {
+	if v.attached != nil {
+		return slices.Contains(IngressIPs(v.attached), v.ip)
+	}
+	return slices.ContainsFunc(v.holds, func(h *corev1.Service) bool { return slices.Contains(IngressIPs(h), v.ip) })
+}
+
+// staleCandidates says under which names of the driver's namespace MetalLB may keep the
+// address's IP, and whether MetalLB said so itself. For a hold MetalLB refused, the names its
+// latest AllocationFailed gives (message by hold uid); for an attached Service MetalLB does not
+// serve (its events are in the tenant's namespace, which this driver may not read), the hold's
+// name, the claim's first provisioning names and the names of the holds this driver deleted for
+// the attach (deleted, from its memory). None when the IP is Lost.
+func staleCandidates(v *addressView, messages map[string]string, deleted ...string) ([]string, bool) {
+	// (An address an admin deleted that the core still protects is held or served as before,
+	// so it is released for as before; one whose teardown began never gets here.)
+	if v.class == nil || v.class.Spec.Provisioner != Provisioner || driverkit.TeardownMayStart(v.addr) {
+		return nil, false
+	}
+	if r, _ := lostVerdict(*v); r != "" {
+		return nil, false
+	}
+	if v.attached != nil {
+		if !attachedUnserved(v) {
+			return nil, false
+		}
+		for _, h := range v.holders {
+			if h.inIngress && h.svc.UID != v.attached.UID {
+				return nil, false // a live Service holds the IP: a Conflict, not a kept allocation
+			}
+		}
+		names := []string{HoldName(v.addr.Name)}
+		if ref := v.addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
+			fam := ipamv1.FamilyOf(v.ip)
+			names = append(names, ProvisioningName(string(ref.UID), fam, 0), ProvisioningName(string(ref.UID), fam, 1))
+		}
+		for _, n := range deleted {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		return names, false
+	}
+	live := make([]string, 0, len(v.holds))
+	for _, h := range v.holds {
+		live = append(live, h.Name)
+	}
+	var names []string
+	for _, h := range v.holds {
+		if slices.Contains(IngressIPs(h), v.ip) {
+			return nil, false // served: whatever MetalLB said before is over
+		}
+		for _, n := range staleNames(messages[string(h.UID)], v.namespace, live...) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, len(names) > 0
+}
+
+// releaseDue decides whether a round of releases is due and when to look again: at once when
+// MetalLB named the names itself (known), else once the IP has waited releaseAfter (a Service
+// MetalLB is merely slow to serve, under load, must not cost a round); then again every quarter
+// of the wait's age (at least nudgeAfter, at most a minute) while it lasts.
+func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Duration, known bool) (bool, time.Duration) {
+	if since.IsZero() {
+		since = now
+	}
+	if !known {
+		if wait := releaseAfter - now.Sub(since); wait > 0 {
+			return false, wait
+		}
+		if now.Sub(since) > maxGuessedWait {
+			// Rounds made on a guess have had their chance: the Service waits for something
+			// else (MetalLB down, a pool that does not admit its namespace). No more writes;
+			// still looked at (DESIGN §5a), in case the wait ends without an event.
+			return false, driverkit.MaxRecheck
+		}
+	}
+	every := min(max(nudgeAfter, driverkit.Recheck(since, now, nudgeAfter)), driverkit.MaxRecheck)
+	if last.IsZero() {
+		return true, every
+	}
+	if wait := every - now.Sub(last); wait > 0 {
+		return false, wait
+	}
+	return true, every
+}
+
+// releasePlan is the release part of an address plan.
+type releasePlan struct {
+	// create are release Services to create, remove the expired ones (and one that stands in
+	// the way of the hold's name).
+	create, remove []*corev1.Service
+	// wait is the new memory of the wait; forget ends it.
+	wait   *staleWait
+	forget bool
+}
+
+// planRelease decides the release Services of an address: the expired ones go; while the IP
+// waits under names MetalLB may keep (v.stale.names), a due round creates one per free name
+// that has none. who is the Service that waits for the IP (hold or attached Service); status
+// gets Held=False with reason StaleAllocation while the driver releases, p the writes, event and
+// re-check.
+func planRelease(v addressView, who *corev1.Service, status *ipamv1.IPAddressStatus, p *addressPlan) {
+	st := v.stale
+	rp := &p.release
+	for _, r := range st.releases {
+		if p.createHold != nil && r.Name == p.createHold.Name {
+			// The hold takes the name over (MetalLB sees one Service under it): the release
+			// goes first, and is never taken for the hold.
+			rp.remove = append(rp.remove, r)
+			continue
+		}
+		if age := v.now.Sub(r.CreationTimestamp.Time); age >= v.releaseFor {
+			rp.remove = append(rp.remove, r)
+		} else {
+			p.requeue = driverkit.Sooner(p.requeue, v.releaseFor-age)
+		}
+	}
+	if who == nil || len(st.names) == 0 {
+		// The memory goes once the IP is served (not before: the attach remembers the holds it
+		// deleted before the cache shows the pin).
+		if (!st.since.IsZero() || st.remembered) && ipServed(&v) {
+			rp.forget = true
+		}
+		if c := findCondition(v.addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonStaleAllocation {
+			p.unsay = append(p.unsay, unsay{obj: v.addr, topic: ReasonStaleAllocation})
+		}
+		return
+	}
+	since := st.since
+	if since.IsZero() {
+		since = v.now
+	}
+	due, wait := releaseDue(since, st.last, v.now, v.nudgeAfter, v.releaseAfter, st.known)
+	p.requeue = driverkit.Sooner(p.requeue, wait)
+	var released []string
+	if due {
+		for _, n := range st.names {
+			if !st.free[n] || slices.ContainsFunc(st.releases, func(r *corev1.Service) bool { return r.Name == n }) {
+				continue
+			}
+			rp.create = append(rp.create, ReleaseService(v.namespace, n, v.addr.Name))
+			released = append(released, n)
+		}
+	}
+	next := staleWait{since: since, last: st.last}
+	if len(released) > 0 {
+		next.last = v.now
+		p.requeue = driverkit.Sooner(p.requeue, v.releaseFor)
+		// MetalLB drops the name when it handles the release Service, but does not look at the
+		// Service it refused again by itself (it passes over every Service only when the
+		// handling changed a status): touched right after, it is served. A round that came
+		// while MetalLB's first pass was still failing gets its touch at the next round.
+		if p.nudge == nil {
+			p.nudge = who
+		}
+	}
+	if next != (staleWait{since: st.since, last: st.last}) {
+		rp.wait = &next
+	}
+	// Said (and shown in Held) once the driver has released, and while the wait lasts (also
+	// after a restart of the driver, which forgot its rounds).
+	held := findCondition(v.addr, ipamv1.ConditionHeld)
+	if next.last.IsZero() && (held == nil || held.Reason != ReasonStaleAllocation) {
+		return
+	}
+	qualified := make([]string, 0, len(st.names))
+	for _, n := range st.names {
+		qualified = append(qualified, v.namespace+"/"+n)
+	}
+	var msg, said string
+	if st.known {
+		msg = fmt.Sprintf("MetalLB keeps %s for Service %s, which no longer exists (its state from before a restart); releasing it for placeholder %s/%s",
+			v.ip, strings.Join(qualified, ", "), who.Namespace, who.Name)
+		said = fmt.Sprintf("MetalLB kept %s for deleted Service %s after a restart; released it", v.ip, strings.Join(qualified, ", "))
+	} else {
+		msg = fmt.Sprintf("attached to Service %s/%s, which MetalLB does not serve %s; releasing what MetalLB may keep for deleted Services %s after a restart",
+			who.Namespace, who.Name, v.ip, strings.Join(qualified, ", "))
+		said = fmt.Sprintf("MetalLB did not serve %s to Service %s/%s; released the names it may keep the address under after a restart: %s",
+			v.ip, who.Namespace, who.Name, strings.Join(qualified, ", "))
+	}
+	setCondition(v.addr, status, ipamv1.ConditionHeld, false, ReasonStaleAllocation, msg)
+	if len(released) > 0 {
+		p.events = append(p.events, event{obj: v.addr, reason: ReasonStaleAllocationReleased, message: said, once: true, topic: ReasonStaleAllocation})
+	}
+}
+
+// ReleaseService is a release Service: a headless, selectorless ClusterIP Service under a name
+// MetalLB keeps an allocation for, labelled as this driver's (role release, and the address it
+// frees) so that it is never taken for a placeholder and the sweep can find it.
+func ReleaseService(namespace, name, address string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Labels:    map[string]string{LabelRole: RoleRelease, LabelAddress: address},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:      corev1.ServiceTypeClusterIP,
+			ClusterIP: corev1.ClusterIPNone,
+			Ports:     []corev1.ServicePort{{Name: "release", Port: 1, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func findCondition(a *ipamv1.IPAddress, typ string) *metav1.Condition {
+	for i := range a.Status.Conditions {
+		if a.Status.Conditions[i].Type == typ {
+			return &a.Status.Conditions[i]
+		}
+	}
+	return nil
+}
