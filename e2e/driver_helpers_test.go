@@ -380,7 +380,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 // localCluster returns the local provider's cluster, or skips the test on any other provider
-// saying what it needs that only local processes give (why; docs/e2e-providers.md lists them).
+// saying what it needs that only local processes give (why; e2e/README.md lists them).
 func localCluster(t *testing.T, why ...string) *provider.LocalCluster {
 	t.Helper()
 	local, ok := cluster.(*provider.LocalCluster)

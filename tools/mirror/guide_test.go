@@ -136,6 +136,21 @@ func TestAirGapGuide(t *testing.T) {
 	// the source images, the guide's on the mirror's copies, which keep the digests.
 	signed, attested := workflowSubjects(t, root, refs)
 	calls := runWithCosign(t, site, cosignBlock, "MIRROR_CA="+reg.CAFile, "AUTHFILE="+authFile)
+	// Fails closed: when the mirror cannot be read (here, a CA that does not sign it), the check
+	// fails instead of verifying less and succeeding.
+	{
+		bin := t.TempDir()
+		if err := os.WriteFile(filepath.Join(bin, "cosign"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", cosignBlock)
+		cmd.Dir = site
+		cmd.Env = append(os.Environ(), "MIRROR_CA="+filepath.Join(bin, "cosign"), "AUTHFILE="+authFile,
+			"PATH="+bin+":"+os.Getenv("PATH"), "GOFLAGS=-buildvcs=false", "GOWORK=")
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("the guide's signature check succeeded although the mirror could not be read:\n%s", out)
+		}
+	}
 	verified, verifiedAtt := map[string]bool{}, map[string]bool{}
 	for _, c := range calls {
 		if c.identity != releaseIdentity || c.issuer != "https://token.actions.githubusercontent.com" {

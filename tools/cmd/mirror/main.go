@@ -84,7 +84,8 @@ func run(cmd string, args []string) int {
 		}
 		user, pass, ok := strings.Cut(userpass, ":")
 		if !ok {
-			return fail(fmt.Errorf("-creds %s=...: want USER:PASSWORD", host))
+			// Not echoed: a value that was taken for HOST= may hold part of a password.
+			return fail(fmt.Errorf("a -creds value is not USER:PASSWORD (give HOST=USER:PASSWORD when the user or password holds '=' or ':')"))
 		}
 		access.Creds[host] = authn.AuthConfig{Username: user, Password: pass}
 	}
@@ -172,6 +173,14 @@ func cutHost(c string) (host, userpass string, ok bool) {
 	host, userpass, ok = strings.Cut(c, "=")
 	if !ok || host == "" {
 		return "", c, false
+	}
+	if strings.HasPrefix(host, "[") {
+		// A bracketed IPv6 literal, with or without a port: [::1] or [::1]:5000.
+		end := strings.Index(host, "]")
+		if end < 0 || (end+1 < len(host) && (host[end+1] != ':' || end+2 == len(host) || strings.Trim(host[end+2:], "0123456789") != "")) {
+			return "", c, false
+		}
+		return host, userpass, true
 	}
 	if i := strings.LastIndex(host, ":"); i >= 0 {
 		port := host[i+1:]

@@ -95,7 +95,7 @@ func TestCredsFlag(t *testing.T) {
 		{"credentials for another host", []string{"copy", "-to", to, "-creds", "other.example:5000=" + mirrortest.User + ":" + mirrortest.Password}, 1,
 			"registry " + reg.Addr + " answered HTTP 401 Unauthorized"},
 		{"wrong password", []string{"copy", "-to", to, "-creds", mirrortest.User + ":nope"}, 1, "registry " + reg.Addr + " answered HTTP 401 Unauthorized"},
-		{"no password", []string{"copy", "-to", to, "-creds", reg.Addr + "=" + mirrortest.User}, 1, "-creds " + reg.Addr + "=...: want USER:PASSWORD"},
+		{"no password", []string{"copy", "-to", to, "-creds", reg.Addr + "=" + mirrortest.User}, 1, "a -creds value is not USER:PASSWORD"},
 		{"no HOST= and no -to", []string{"save", "-archive", filepath.Join(t.TempDir(), "a.tar"), "-creds", mirrortest.User + ":" + mirrortest.Password}, 1,
 			"-creds USER:PASSWORD without HOST= needs -to"},
 	} {
@@ -118,6 +118,10 @@ func TestCutHost(t *testing.T) {
 		{"u:a=b", "", "u:a=b"},
 		{"=u:p", "", "=u:p"},
 		{"u:1234=x", "u:1234", "x"}, // reads as HOST:PORT=...: such a password needs HOST=
+		{"[::1]=u:p", "[::1]", "u:p"},
+		{"[::1]:5000=u:p", "[::1]:5000", "u:p"},
+		{"[::1]x=u:p", "", "[::1]x=u:p"},
+		{"[::1]:=u:p", "", "[::1]:=u:p"},
 	} {
 		host, userpass, _ := cutHost(tc.in)
 		if host != tc.host || userpass != tc.userpass {
