@@ -73,7 +73,6 @@ type IPAddressClaimStatus struct {
 	// phase: Pending (some family has no address yet), Bound (every family has one) or Lost
 	// (was Bound, and an address went away or its driver lost it).
 	// +optional
-	// +kubebuilder:default=Pending
 	Phase ClaimPhase `json:"phase,omitempty"`
 	// className is the class the claim resolved to; it does not change afterwards, even if the
 	// default class does.
@@ -109,9 +108,7 @@ type IPAddressClaim struct {
 
 	// +optional
 	Spec IPAddressClaimSpec `json:"spec,omitempty"`
-	// A claim the core has not written a status for reads as Pending.
 	// +optional
-	// +kubebuilder:default={}
 	Status IPAddressClaimStatus `json:"status,omitempty"`
 }
 

@@ -14,11 +14,6 @@ const (
 	// AnnotationProvisioner is written by the core on a claim that no existing address can
 	// satisfy: the named driver must provision addresses for it.
 	AnnotationProvisioner = "local.sdn.cozystack.io/provisioner"
-	// AnnotationResolvedClass is written by the core with AnnotationProvisioner, in the same
-	// patch: the class it resolved for the claim (sticky, as status.className is once the claim
-	// is Bound). A claim waiting for a driver that accepted its class has no status of its own
-	// until it binds (its phase reads Pending by default), so drivers read the class here.
-	AnnotationResolvedClass = "local.sdn.cozystack.io/resolved-class"
 
 	// AnnotationServiceClaim on a Service names the claim whose addresses it uses.
 	AnnotationServiceClaim = "local.sdn.cozystack.io/ip-address-claim"

@@ -21,11 +21,11 @@ import (
 )
 
 // coreWriteBudget is the core's share of DESIGN §5a's write budget for one reserved address,
-// from claim creation to Bound, events included: the claim's finalizer with the provisioner and
-// resolved-class annotations (one merged patch), its Bound status, the address's protection
-// finalizer, and the address's Bound phase. A claim waiting for the driver of an accepted class
-// gets no Pending status write (impliedPending): its phase reads Pending by the CRD's default.
-const coreWriteBudget = 4
+// from claim creation to Bound, events included. The contract fixes five writes the core cannot
+// avoid: the claim's finalizer and provisioner annotation (one merged patch), its Pending status
+// (the driver provisions only for a claim whose status names its class), its Bound status, the
+// address's protection finalizer, and the address's Bound phase.
+const coreWriteBudget = 5
 
 // auditRecord is one write in the apiserver's audit log.
 type auditRecord struct {

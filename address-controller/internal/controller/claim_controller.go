@@ -168,9 +168,8 @@ type claimPass struct {
 	wait *waiting
 	// finalizer: the claim lacks the core's finalizer.
 	finalizer bool
-	// stamp is the driver to ask for an address ("" when none is asked for now), and
-	// stampClass the class to stamp with it (AnnotationResolvedClass).
-	stamp, stampClass string
+	// stamp is the driver to ask for an address ("" when none is asked for now).
+	stamp string
 	// status is the claim's status as it should be if no bind happens; statusChanges says it
 	// differs from the claim's.
 	status        ipamv1.IPAddressClaimStatus
@@ -186,11 +185,8 @@ func (p *claimPass) writes() bool {
 // decide reads what one pass needs (from the cache, apart from the claim and its addresses,
 // which the caller gives) and decides its writes; it writes nothing.
 func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted claimAddresses) (claimPass, error) {
-	p := claimPass{sorted: sorted, className: driverkit.ClaimClass(claim),
+	p := claimPass{sorted: sorted, className: claim.Status.ClassName,
 		finalizer: !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim)}
-	// onlyDriverAsked: every missing family waits for a driver that accepted the class, and
-	// for nothing else (see impliedPending).
-	onlyDriverAsked := true
 	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
 	// waiting for its own addresses instead of silently taking new ones.
 	for _, fam := range claim.Spec.Family.Families() {
@@ -211,24 +207,17 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 			p.plans = append(p.plans, plan)
 		case w == nil && plan.provisioner != "":
 			// Nothing to bind: the driver must provision.
-			if claim.Annotations[ipamv1.AnnotationProvisioner] != plan.provisioner ||
-				claim.Annotations[ipamv1.AnnotationResolvedClass] != plan.class {
-				p.stamp, p.stampClass = plan.provisioner, plan.class
+			if claim.Annotations[ipamv1.AnnotationProvisioner] != plan.provisioner {
+				p.stamp = plan.provisioner
 			}
-			onlyDriverAsked = onlyDriverAsked && plan.accepted
 			w = &waiting{ipamv1.ReasonWaitingForAddress,
 				fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", plan.provisioner, fam, plan.class)}
-		default:
-			onlyDriverAsked = false
 		}
 		if p.wait == nil {
 			p.wait = w
 		}
 	}
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
-	if onlyDriverAsked && impliedPending(claim, &p.status) {
-		p.status = claim.Status
-	}
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
 	return p, nil
 }
@@ -242,7 +231,6 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		controllerutil.AddFinalizer(claim, ipamv1.FinalizerClaim)
 		if p.stamp != "" {
 			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, p.stamp)
-			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationResolvedClass, p.stampClass)
 		}
 		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
@@ -357,8 +345,6 @@ type familyPlan struct {
 	family ipamv1.IPFamily
 	// provisioner is the driver to ask when no candidate binds ("" for a named address).
 	provisioner string
-	// accepted: the class's driver accepted it (Accepted=True).
-	accepted bool
 	// wait is why nothing can be bound now (nil when candidates or the driver may serve).
 	wait *waiting
 }
@@ -382,7 +368,7 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 	if err != nil || class == nil {
 		return familyPlan{wait: w}, err
 	}
-	plan := familyPlan{class: class.Name, accepted: meta.IsStatusConditionTrue(class.Status.Conditions, ipamv1.ConditionAccepted)}
+	plan := familyPlan{class: class.Name}
 	if cond := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted); cond != nil && cond.Status == metav1.ConditionFalse {
 		plan.wait = &waiting{ipamv1.ReasonClassNotAccepted,
 			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}
@@ -453,9 +439,6 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 	name := claim.Spec.ClassName
 	if name == "" {
 		name = claim.Status.ClassName
-	}
-	if name == "" {
-		name = claim.Annotations[ipamv1.AnnotationResolvedClass]
 	}
 	if name == "" && named != nil {
 		name = named.Spec.ClassName

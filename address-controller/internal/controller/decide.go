@@ -402,20 +402,3 @@ func autoClaimEnabledAt(class *ipamv1.IPAddressClass) (time.Time, bool) {
 	t, err := time.Parse(time.RFC3339, class.Annotations[ipamv1.AnnotationAutoClaimEnabledAt])
 	return t, err == nil
 }
-
-// impliedPending reports whether a claim's Pending status may stay unwritten: the claim has no
-// status of its own (its phase reads Pending by the CRD's default), and the status decided for it
-// would say only that it waits for the driver of an accepted class to provision. That wait is
-// normally short, and saying it costs a write per claim out of DESIGN §5a's budget; the class
-// the driver needs is on the claim already (AnnotationResolvedClass, written with the provisioner
-// annotation). Anything else worth saying — a class missing, not accepted, a half-bound Dual
-// claim, a Lost claim — is written.
-func impliedPending(claim *ipamv1.IPAddressClaim, decided *ipamv1.IPAddressClaimStatus) bool {
-	cur := &claim.Status
-	if (cur.Phase != "" && cur.Phase != ipamv1.ClaimPending) || cur.ClassName != "" || len(cur.Addresses) > 0 || len(cur.Conditions) > 0 {
-		return false
-	}
-	cond := meta.FindStatusCondition(decided.Conditions, ipamv1.ConditionBound)
-	return decided.Phase == ipamv1.ClaimPending && len(decided.Addresses) == 0 &&
-		cond != nil && cond.Reason == ipamv1.ReasonWaitingForAddress
-}

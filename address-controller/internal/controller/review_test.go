@@ -115,7 +115,7 @@ func TestLostBindRaceIsDecidedAgain(t *testing.T) {
 	if p := c.Annotations[ipamv1.AnnotationProvisioner]; p != "" {
 		t.Errorf("a lost bind race asked driver %q to provision", p)
 	}
-	if c.Status.ClassName != "" || len(c.Status.Conditions) > 0 || len(c.Status.Addresses) > 0 {
+	if c.Status.Phase != "" {
 		t.Errorf("a lost bind race wrote status %+v", c.Status)
 	}
 	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {

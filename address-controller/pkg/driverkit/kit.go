@@ -35,19 +35,9 @@ const (
 func NeedsProvisioning(claim *ipamv1.IPAddressClaim, provisioner string) bool {
 	return claim.Annotations[ipamv1.AnnotationProvisioner] == provisioner &&
 		claim.DeletionTimestamp == nil &&
-		ClaimClass(claim) != "" &&
+		claim.Status.ClassName != "" &&
 		claim.Status.Phase != ipamv1.ClaimBound &&
 		claim.Status.Phase != ipamv1.ClaimLost
-}
-
-// ClaimClass is the class the core resolved for a claim: its status's once the core wrote one,
-// else the one it stamped with the provisioner annotation (a claim waiting for its driver has no
-// status of its own yet).
-func ClaimClass(claim *ipamv1.IPAddressClaim) string {
-	if claim.Status.ClassName != "" {
-		return claim.Status.ClassName
-	}
-	return claim.Annotations[ipamv1.AnnotationResolvedClass]
 }
 
 // ClassProvisions reports whether the named driver may create new addresses for a class: it is

@@ -113,7 +113,7 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, nil
 	}
 	var class ipamv1.IPAddressClass
-	if err := d.client.Get(ctx, types.NamespacedName{Name: driverkit.ClaimClass(&claim)}, &class); err != nil {
+	if err := d.client.Get(ctx, types.NamespacedName{Name: claim.Status.ClassName}, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !driverkit.ClassProvisions(&class, d.Name) {

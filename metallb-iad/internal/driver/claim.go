@@ -74,9 +74,9 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		return v, err
 	}
 	v.placeholders = d.live(list.Items)
-	if v.claim != nil && driverkit.ClaimClass(v.claim) != "" {
+	if v.claim != nil && v.claim.Status.ClassName != "" {
 		var class ipamv1.IPAddressClass
-		if err := d.client.Get(ctx, types.NamespacedName{Name: driverkit.ClaimClass(v.claim)}, &class); err == nil {
+		if err := d.client.Get(ctx, types.NamespacedName{Name: v.claim.Status.ClassName}, &class); err == nil {
 			v.class = &class
 		} else if !apierrors.IsNotFound(err) {
 			return v, err

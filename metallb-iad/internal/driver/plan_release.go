@@ -50,7 +50,7 @@ const (
 
 // maxGuessedWait ends the rounds made without MetalLB naming the kept Service (an attached
 // Service): after this long unserved, releasing the same absent names again would only write.
-const maxGuessedWait = 10 * time.Minute
+const maxGuessedWait = 3 * time.Minute
 
 // staleView is what an address pass knows of MetalLB's possibly kept allocations of its IP.
 type staleView struct {
@@ -135,6 +135,14 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 				return nil, false // a live Service holds the IP: a Conflict, not a kept allocation
 			}
 		}
+		if len(deleted) > 0 {
+			// The holds this driver deleted for the attach are where MetalLB keeps the IP, if
+			// anywhere; guessing more names would only add writes while MetalLB is merely slow.
+			names := slices.Clone(deleted)
+			slices.Sort(names)
+			return slices.Compact(names), false
+		}
+		// Nothing remembered (the driver restarted since): the names it could have used.
 		names := []string{HoldName(v.addr.Name)}
 		if ref := v.addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
 			fam := ipamv1.FamilyOf(v.ip)

@@ -239,6 +239,17 @@ func TestPlanRelease(t *testing.T) {
 					t.Fatalf("%+v", p.release.create)
 				}
 			}},
+		{"with names remembered, only those are released (no guessing while MetalLB may be merely slow)",
+			view(testAddress(ip, Finalizer), attached(30*time.Second), func(v *addressView) {
+				v.stale.names, v.stale.known = staleCandidates(v, nil, "hold-x")
+				for _, n := range []string{"hold-x", HoldName(v.addr.Name)} {
+					v.stale.free[n] = true
+				}
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				if len(p.release.create) != 1 || p.release.create[0].Name != "hold-x" {
+					t.Fatalf("released %+v, want only the remembered hold-x", p.release.create)
+				}
+			}},
 		{"remembered names are kept while the attached Service is not served yet (the pin not in the cache)",
 			view(testAddress(ip, Finalizer), func(v *addressView) {
 				withRelease(v)
