@@ -35,6 +35,11 @@ func TestReleaseServiceIsNeverTakenForAHold(t *testing.T) {
 	if s.UID == rel.UID || s.Labels[LabelRole] != RoleHold || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		t.Fatalf("the hold is the release Service or not a hold: %+v", s.ObjectMeta)
 	}
+	// Made because the pass deleted the release first, not because the release expired (or was
+	// swept) after ReleaseFor: the apiserver's own clock says when each was created.
+	if gap := s.CreationTimestamp.Sub(rel.CreationTimestamp.Time); gap >= testDriver.ReleaseFor {
+		t.Fatalf("the hold came %s after the release Service, not before it would have expired (%s)", gap, testDriver.ReleaseFor)
+	}
 }
 
 // A release Service nobody looks after any more (its address gone, or left by a driver that
