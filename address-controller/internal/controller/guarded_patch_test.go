@@ -165,6 +165,11 @@ func TestTestFailedTellsAPatchThatDoesNotApplyFromARefusal(t *testing.T) {
 	}{
 		{"the patch handler's 422", apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", "testing value /spec/claimRef failed", 0, false), true},
 		{"a validation rule or admission policy", apierrors.NewInvalid(gk, "ip-198-51-100-1", field.ErrorList{field.Forbidden(field.NewPath("status"), "no")}), false},
+		{"a ValidatingAdmissionPolicy denial with reason Invalid", &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
+			Message: `ipaddresses "ip-198-51-100-1" is invalid: ValidatingAdmissionPolicy 'p' with binding 'b' denied request`,
+			Details: &metav1.StatusDetails{Name: "ip-198-51-100-1", Group: "local.sdn.cozystack.io", Kind: "ipaddresses",
+				Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Message: "denied"}}}}}, false},
 		{"a conflict", apierrors.NewConflict(schema.GroupResource{}, "x", nil), false},
 		{"no error", nil, false},
 	} {
