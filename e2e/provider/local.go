@@ -36,7 +36,12 @@ func (Local) Start(ctx context.Context) (Cluster, error) {
 		// The chaos test kills the apiserver and etcd repeatedly; controllers that exit while
 		// they are down count as crashes, and the test must not lose them to a give-up.
 		Restart: controlplane.RestartPolicy{GiveUpAfter: 30},
-	}})
+	},
+		// The suite tests the driver's opt-in release of MetalLB's kept allocations for an
+		// attached Service (off by default: it would fire on every Service MetalLB is merely
+		// slow to serve).
+		DriverArgs: []string{"--release-after=30s"},
+	})
 	if err != nil {
 		return nil, err
 	}

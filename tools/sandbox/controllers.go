@@ -123,6 +123,9 @@ func runController(ctx context.Context, s *Sandbox, c Controller) error {
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probePort),
 	}, c.Args...)
 	args = append(args, s.controllerArgs...)
+	if c.Name == MetalLBIAD.Name {
+		args = append(args, s.driverArgs...)
+	}
 	_, err = s.StartProcess(ctx, controlplane.ProcessSpec{
 		Name:  c.Name,
 		Path:  bin,

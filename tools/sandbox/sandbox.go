@@ -94,6 +94,8 @@ type Options struct {
 	Examples bool
 	// ControllerArgs are extra flags for both controllers (after the sandbox's own).
 	ControllerArgs []string
+	// DriverArgs are extra flags for metallb-iad alone (after ControllerArgs).
+	DriverArgs []string
 }
 
 // Sandbox is a running control plane with every add-on set up.
@@ -105,6 +107,7 @@ type Sandbox struct {
 
 	examples       bool
 	controllerArgs []string
+	driverArgs     []string
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.
@@ -120,7 +123,7 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples, controllerArgs: opts.ControllerArgs}
+	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples, controllerArgs: opts.ControllerArgs, driverArgs: opts.DriverArgs}
 	for _, a := range Addons {
 		logf("setting up %s", a.Name)
 		if err := a.Start(ctx, s); err != nil {

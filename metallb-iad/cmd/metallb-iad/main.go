@@ -29,7 +29,7 @@ func main() {
 		namespace = flag.String("namespace", envOr("POD_NAMESPACE", "cozy-metallb-iad"), "namespace of the placeholder Services")
 		metallbNS = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
 		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
-		relAfter  = flag.Duration("release-after", driver.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart")
+		relAfter  = flag.Duration("release-after", driver.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
 	)
 	flag.Parse()
 	if opts.PrintVersion {

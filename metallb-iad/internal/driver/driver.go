@@ -38,7 +38,7 @@ type Driver struct {
 	NudgeAfter time.Duration
 	// ReleaseFor is how long a release Service lives (plan_release.go); DefaultReleaseFor when
 	// zero. ReleaseAfter is how long a Service this driver pinned waits unserved before the
-	// driver releases the names MetalLB may keep its IP under; DefaultReleaseAfter when zero.
+	// driver releases the names MetalLB may keep its IP under; zero (DefaultReleaseAfter) is off.
 	ReleaseFor   time.Duration
 	ReleaseAfter time.Duration
 	// Metrics, when set, receives the driver's metrics.

@@ -44,8 +44,12 @@ const (
 // long a Service pinned by this driver waits unserved before the driver releases the names MetalLB
 // may keep its IP under).
 const (
-	DefaultReleaseFor   = 10 * time.Second
-	DefaultReleaseAfter = 30 * time.Second
+	DefaultReleaseFor = 10 * time.Second
+	// DefaultReleaseAfter is zero: the guessed release for an attached Service is off unless
+	// asked for. With it on, every Service MetalLB is merely slow to serve costs release rounds:
+	// at 300 attaches, MetalLB's own backlog set it off for nearly all of them, quadrupling the
+	// driver's writes and doubling the attach time (docs/benchmarks.md).
+	DefaultReleaseAfter = 0
 )
 
 // maxGuessedWait ends the rounds made without MetalLB naming the kept Service (an attached
@@ -127,7 +131,7 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 		return nil, false
 	}
 	if v.attached != nil {
-		if !attachedUnserved(v) {
+		if v.releaseAfter <= 0 || !attachedUnserved(v) {
 			return nil, false
 		}
 		for _, h := range v.holders {
@@ -183,6 +187,9 @@ func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Durati
 		since = now
 	}
 	if !known {
+		if releaseAfter <= 0 {
+			return false, 0 // guessing is off
+		}
 		if wait := releaseAfter - now.Sub(since); wait > 0 {
 			return false, wait
 		}

@@ -72,6 +72,15 @@ func TestReleaseDue(t *testing.T) {
 			}
 		})
 	}
+	// Guessing off (releaseAfter 0, the default): never due on a guess, and no re-check asked for
+	// it; what MetalLB named itself is still released.
+	now := t0.Add(2 * time.Hour)
+	if due, wait := releaseDue(now.Add(-time.Hour), time.Time{}, now, nudge, 0, false); due || wait != 0 {
+		t.Errorf("guessing off: due %v wait %s", due, wait)
+	}
+	if due, _ := releaseDue(now, time.Time{}, now, nudge, 0, true); !due {
+		t.Error("guessing off: a name MetalLB gave is not released")
+	}
 }
 
 func release(name, addr string, age time.Duration, now time.Time) *corev1.Service {
@@ -237,6 +246,15 @@ func TestPlanRelease(t *testing.T) {
 			}), func(t *testing.T, v addressView, p addressPlan) {
 				if !slices.ContainsFunc(p.release.create, func(r *corev1.Service) bool { return r.Name == "claim-0123456789ab-v4" }) {
 					t.Fatalf("%+v", p.release.create)
+				}
+			}},
+		{"guessing off (the default releaseAfter 0): an attached Service unserved for minutes gets no release",
+			view(testAddress(ip, Finalizer), attached(5*time.Minute), func(v *addressView) {
+				v.releaseAfter = 0
+				v.stale.names, v.stale.known = staleCandidates(v, nil, "hold-x")
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				if len(p.release.create) != 0 || len(v.stale.names) != 0 {
+					t.Fatalf("released %+v (candidates %v) with guessing off", p.release.create, v.stale.names)
 				}
 			}},
 		{"with names remembered, only those are released (no guessing while MetalLB may be merely slow)",
