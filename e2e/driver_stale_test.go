@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -314,4 +316,69 @@ func waitGone(ctx context.Context, t *testing.T, c client.Client, o client.Objec
 		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
+}
+
+// The allocation MetalLB kept for a Service that no longer requests it (issue 13, chaos seed
+// 212695508): MetalLB wrote a reserved IP back into the status of a Service the driver had
+// unpinned, and its next first pass, finding the IP in that status, kept it for the Service.
+// Nothing on the Service requests the IP, so an admin has nothing to remove; the driver clears
+// the status itself, MetalLB lets go, and the hold gets the IP back.
+//
+// The scene is set with both controllers stopped: the hold is deleted and the IP written into
+// the status of a plain Service, as MetalLB's stale write left it; MetalLB then starts and its
+// first pass takes the IP for that Service (its real behaviour), and the driver starts last.
+func TestDriverClearsAnAllocationMetalLBKeptForAServiceThatRequestsNothing(t *testing.T) {
+	f := features.New("a reserved IP MetalLB kept for a Service that requests nothing").
+		Assess("is cleared by the driver and held again", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			ns := tenantNamespace(ctx, t, c, "tenant-stale-former")
+			poolWithClass(ctx, t, c, "e2e-stale-former", ipamv1.ReclaimRetain, "203.0.113.80/30")
+			newTenantClaim(ctx, t, c, ns, "kept", "e2e-stale-former", ipamv1.IPv4)
+			claim := waitClaimBound(ctx, t, c, ns, "kept")
+			addr, ip := claim.Status.Addresses[0].Name, claim.Status.Addresses[0].Address
+			waitHeld(ctx, t, c, addr, ip)
+			hold := holdOf(ctx, t, c, addr)
+
+			startMetalLB := stopProcess(t, "metallb-controller")
+			startDriver := stopProcess(t, "metallb-iad")
+			if err := c.Delete(ctx, hold); err != nil {
+				t.Fatal(err)
+			}
+			former := lbService(ns, "former", map[string]string{autoClaimAnnotation: "false"}, false)
+			if err := c.Create(ctx, former); err != nil {
+				t.Fatal(err)
+			}
+			eventually(ctx, t, 30*time.Second, "the stale status to be written", func(ctx context.Context) (bool, error) {
+				if err := c.Get(ctx, client.ObjectKeyFromObject(former), former); err != nil {
+					return false, err
+				}
+				former.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+				return c.Status().Update(ctx, former) == nil, nil
+			})
+			startMetalLB()
+			eventually(ctx, t, 60*time.Second, "MetalLB to keep the IP for the Service", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(former), former)
+				return former.Annotations["metallb.io/ip-allocated-from-pool"] != "", err
+			})
+			startDriver()
+
+			waitHeld(ctx, t, c, addr, ip)
+			waitServiceEvent(ctx, t, c, ns, "former", "StaleAddressCleared")
+			if err := c.Get(ctx, client.ObjectKeyFromObject(former), former); err != nil {
+				t.Fatal(err)
+			}
+			if got := ingressOf(former); slices.Contains(got, ip) {
+				t.Fatalf("the Service still shows %s: %v", ip, got)
+			}
+			var a ipamv1.IPAddress
+			if err := c.Get(ctx, client.ObjectKey{Name: addr}, &a); err != nil {
+				t.Fatal(err)
+			}
+			if cond := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionConflict); cond != nil && cond.Status == metav1.ConditionTrue {
+				t.Fatalf("the address is in Conflict: %s", cond.Message)
+			}
+			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-stale-former"}, Namespaces: []string{ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
 }

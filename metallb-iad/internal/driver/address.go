@@ -501,6 +501,16 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
 		return err
 	}
+	for _, s := range p.clearIngress {
+		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).
+		// A conflict or a Service gone means a newer view decides (the Service's event brings
+		// this address back).
+		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		s.Status.LoadBalancer.Ingress = nil
+		if err := d.client.Status().Patch(ctx, s, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
 	if p.createHold != nil {
 		err := d.client.Create(ctx, p.createHold)
 		if apierrors.IsAlreadyExists(err) {

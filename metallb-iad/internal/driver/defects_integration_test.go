@@ -444,7 +444,9 @@ func TestConflictsAnnouncedAndCleared(t *testing.T) {
 	}
 	eventually(t, "Conflict naming the external-IP Service", conflict(ns+"/ext"))
 	// A second wrongful Service (its status written as MetalLB would for a shared IP).
-	thief := tenantService(ns, "thief", nil)
+	// An admin's pin of the reserved IP: a Service that requests it (one that requests
+	// nothing is cleared instead, TestStaleIngressOfAServiceThatRequestsNothingIsCleared).
+	thief := tenantService(ns, "thief", map[string]string{metallb.AnnotationLoadBalancerIPs: ip})
 	if err := admin.Create(ctx, thief); err != nil {
 		t.Fatal(err)
 	}

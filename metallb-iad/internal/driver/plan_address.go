@@ -33,6 +33,9 @@ const (
 	ReasonServiceConflict   = "ReservedAddressConflict"
 	ReasonDetached          = "Detached"
 	ReasonServable          = "Servable"
+	// ReasonStaleIngressCleared: a MetalLB Service that requests no address showed a reserved
+	// one (an allocation MetalLB kept); the driver cleared its load-balancer status.
+	ReasonStaleIngressCleared = "StaleAddressCleared"
 
 	// Reasons of Lost=True.
 	// (with ReasonPoolNotSet and ReasonPoolNotFound of class.go)
@@ -94,6 +97,9 @@ type addressPlan struct {
 	createHold      *corev1.Service
 	pinHold         *corev1.Service
 	nudge           *corev1.Service
+	// clearIngress are Services whose load-balancer status shows the IP although nothing on
+	// them requests it (staleHolder): their status is cleared, which makes MetalLB let go.
+	clearIngress []*corev1.Service
 	// release are the release Services to create and delete (plan_release.go).
 	release releasePlan
 	// status is the driver's part of the status to write, nil when unchanged.
@@ -144,6 +150,14 @@ func planAddress(v addressView) addressPlan {
 	// waiting is the Service that should show the IP and does not: MetalLB may keep the IP for
 	// a deleted placeholder (plan_release.go).
 	var waiting *corev1.Service
+	for _, h := range v.holders {
+		if staleHolder(v, adopter, h) {
+			p.clearIngress = append(p.clearIngress, h.svc)
+			p.events = append(p.events, event{obj: h.svc, warning: true, reason: ReasonStaleIngressCleared, once: true,
+				topic:   ReasonStaleIngressCleared + "/" + a.Name,
+				message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.ip, a.Name)})
+		}
+	}
 
 	switch {
 	case v.attached != nil:
@@ -351,11 +365,38 @@ func settlingPlaceholder(v addressView) *corev1.Service {
 // other addresses, or a view of it older than the address's). None is a conflict.
 func releasingHolder(v addressView) *corev1.Service {
 	for _, h := range v.holders {
-		if h.inIngress && releasing(h.svc, v.ip) {
+		if h.inIngress && releasing(h.svc, v.ip) || staleHolder(v, adoptingService(v), h) {
 			return h.svc
 		}
 	}
 	return nil
+}
+
+// staleHolder: a Service MetalLB serves (type LoadBalancer, no loadBalancerClass) that shows
+// the IP in its load-balancer status although nothing on it requests the IP — no pin or pool or
+// sharing annotation under either prefix, no spec.loadBalancerIP, no marker or releasing record
+// of this driver — and that is neither the attached Service nor an adopting one. MetalLB
+// assigns an IP of an autoAssign: false pool only on request, so such an ingress is an
+// allocation MetalLB kept in memory: typically written back, while MetalLB's passes kept
+// failing, into a Service this driver had unpinned and cleared. An admin could not act on it
+// (there is nothing to remove), so the driver finishes the release itself: clearing the
+// status makes MetalLB drop its state for the Service (DESIGN §5, Detach). A Service that does
+// request the IP, or that another implementation serves, stays a Conflict.
+func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
+	s := h.svc
+	if !h.inIngress || h.inExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {
+		return false
+	}
+	if (v.attached != nil && s.UID == v.attached.UID) || (adopter != nil && s.UID == adopter.UID) {
+		return false
+	}
+	if s.Namespace == v.namespace && (s.Labels[LabelAddress] != "" || s.Labels[LabelRole] != "") {
+		return false // this driver's own Services
+	}
+	if _, ok := s.Annotations[AnnotationReleasing]; ok || s.Annotations[AnnotationPinned] == "true" {
+		return false // the Service reconciler is moving it
+	}
+	return len(ForeignPins(s)) == 0
 }
 
 // releasing: a Service this driver pinned (its marker, which tenants cannot write) or is
@@ -383,6 +424,7 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 		case h.inExternalIPs && !isAttached:
 			why = fmt.Sprintf("lists %s, reserved as IPAddress %s, in spec.externalIPs; remove it there", v.ip, a.Name)
 		case !h.inIngress || isAttached || (adopter != nil && s.UID == adopter.UID) || releasing(s, v.ip) ||
+			staleHolder(v, adopter, h) ||
 			(s.Namespace == v.namespace && s.Labels[LabelAddress] == a.Name) ||
 			(s.Namespace == v.namespace && s.Labels[LabelRole] == RoleProvisioning):
 			// (A provisioning placeholder of this driver is settled by the claim reconciler.)

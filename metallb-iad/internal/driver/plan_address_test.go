@@ -2,6 +2,7 @@ package driver
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,12 @@ func hold(addr, ip string, served bool) *corev1.Service {
 func pinned(s *corev1.Service, pin string) *corev1.Service {
 	s.Annotations[metallb.AnnotationLoadBalancerIPs] = pin
 	s.Annotations[AnnotationPinned] = "true"
+	return s
+}
+
+// requesting makes a Service request ip through MetalLB's pin annotation, as an admin would.
+func requesting(s *corev1.Service, ip string) *corev1.Service {
+	s.Annotations[metallb.AnnotationLoadBalancerIPs] = ip
 	return s
 }
 
@@ -317,7 +324,7 @@ func TestPlanAddress(t *testing.T) {
 			return a
 		}(), func(v *addressView) {
 			v.holds = []*corev1.Service{hold(name, ip, true)}
-			v.holders = []holder{{svc: svc("t", "thief", "thief-uid", ip), inIngress: true}}
+			v.holders = []holder{{svc: requesting(svc("t", "thief", "thief-uid", ip), ip), inIngress: true}}
 		}), func(t *testing.T, p addressPlan) {
 			if len(p.unsay) != 1 || len(p.unsay[0].keep) != 1 || p.unsay[0].keep[0].Name != "thief" {
 				t.Fatalf("%+v", p.unsay)
@@ -336,7 +343,7 @@ func TestPlanAddress(t *testing.T) {
 		}},
 		{"a wrongful holder: Conflict and warnings on both", view(testAddress(ip, Finalizer), func(v *addressView) {
 			v.holds = []*corev1.Service{hold(name, ip, false)}
-			v.holders = []holder{{svc: svc("x", "thief", "thief", ip), inIngress: true}}
+			v.holders = []holder{{svc: requesting(svc("x", "thief", "thief", ip), ip), inIngress: true}}
 		}), func(t *testing.T, p addressPlan) {
 			c := cond(p, ipamv1.ConditionConflict)
 			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonHeldByOther {
@@ -344,6 +351,65 @@ func TestPlanAddress(t *testing.T) {
 			}
 			if len(p.events) != 2 {
 				t.Fatalf("%+v", p.events)
+			}
+		}},
+		{"issue 13: a MetalLB Service that requests nothing and shows the IP is cleared, no conflict, the hold waits", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holders = []holder{{svc: svc("x", "former", "former", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 1 || p.clearIngress[0].Name != "former" {
+				t.Fatalf("clearIngress %+v", p.clearIngress)
+			}
+			if cond(p, ipamv1.ConditionConflict) != nil || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonReleasing {
+				t.Fatalf("%+v", c)
+			}
+			if len(p.events) != 1 || p.events[0].reason != ReasonStaleIngressCleared || !p.events[0].warning {
+				t.Fatalf("%+v", p.events)
+			}
+		}},
+		{"issue 13: a Service that requests the IP, or that another implementation serves, stays a conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			lbIP := svc("x", "lbip", "lbip", ip)
+			lbIP.Spec.LoadBalancerIP = ip
+			pool := svc("x", "pool", "pool", ip)
+			pool.Annotations[metallb.LegacyPrefix+"address-pool"] = "other"
+			shared := svc("x", "shared", "shared", ip)
+			shared.Annotations[metallb.AnnotationAllowSharedIP] = "k"
+			other := svc("x", "other", "other", ip)
+			class := "example.com/lb"
+			other.Spec.LoadBalancerClass = &class
+			nodePort := svc("x", "np", "np", ip)
+			nodePort.Spec.Type = corev1.ServiceTypeNodePort
+			for _, s := range []*corev1.Service{requesting(svc("x", "pin", "pin", ip), ip), lbIP, pool, shared, other, nodePort} {
+				v.holders = append(v.holders, holder{svc: s, inIngress: true})
+			}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatalf("cleared %s", p.clearIngress[0].Name)
+			}
+			c := cond(p, ipamv1.ConditionConflict)
+			if c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("%+v", c)
+			}
+			for _, n := range []string{"pin", "lbip", "pool", "shared", "other", "np"} {
+				if !strings.Contains(c.Message, "x/"+n) {
+					t.Errorf("Conflict does not name %s: %s", n, c.Message)
+				}
+			}
+		}},
+		{"issue 13: the attached Service, an adopting one, one being unpinned and the driver's own are never cleared", view(testAddress(ip, Finalizer), func(v *addressView) {
+			adopter := svc("t", "adopter", "adopter", ip)
+			unpinning := svc("t", "unpinning", "unpinning", ip)
+			unpinning.Annotations[AnnotationReleasing] = "203.0.113.9"
+			release := svc(testDriverNS, "release", "release", ip)
+			release.Labels[LabelRole] = RoleRelease
+			v.holders = []holder{{svc: adopter, inIngress: true, linksToClaim: true}, {svc: unpinning, inIngress: true},
+				{svc: release, inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatalf("cleared %s", p.clearIngress[0].Name)
 			}
 		}},
 		{"issue 16: an external IP is a conflict", view(testAddress(ip, Finalizer), func(v *addressView) {

@@ -163,7 +163,9 @@ func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
 	const ip = "198.51.100.145"
 	_, addr := boundClaimWithAddress(t, ns, "c", "again2", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
-	thief := tenantService(ns, "thief", nil)
+	// An admin's pin of the reserved IP: a Service that requests it (one that requests
+	// nothing is cleared instead, TestStaleIngressOfAServiceThatRequestsNothingIsCleared).
+	thief := tenantService(ns, "thief", map[string]string{metallb.AnnotationLoadBalancerIPs: ip})
 	if err := admin.Create(ctx, thief); err != nil {
 		t.Fatal(err)
 	}
