@@ -19,10 +19,25 @@ var MetalLBAnnotations = []string{
 	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
 }
 
+// ParkingPool is the value of MetalLB's address-pool annotation with which a driver's admission
+// policy parks a Service that names a claim or will use an auto-claim, until the driver pins its
+// claim's addresses: no IPAddressPool can have that name (a slash is not allowed in object names),
+// so MetalLB gives a parked Service no address at all, never a foreign one (DESIGN §5). Such a
+// Service did not choose its address its own way: auto-claim still serves it.
+const ParkingPool = "metallb-iad/parked"
+
+// ParkingAnnotation is the annotation that carries ParkingPool.
+const ParkingAnnotation = "metallb.io/address-pool"
+
+// Parked reports whether a Service is parked (ParkingPool).
+func Parked(svc *corev1.Service) bool {
+	return svc.Annotations[ParkingAnnotation] == ParkingPool
+}
+
 // SkipAsked says why auto-claim never creates a claim for a Service, from what its author asked
 // for alone ("" when auto-claim may serve it, given a class): not a LoadBalancer, being
 // deleted, naming a claim, opted out, a load-balancer class, spec.loadBalancerIP, or a MetalLB
-// pool, pin or sharing annotation. The core adds one rule that depends on time (an address the
+// pool, pin or sharing annotation (the parking pool excepted). The core adds one rule that depends on time (an address the
 // Service had before auto-claim was enabled for it); see the core's README.
 func SkipAsked(svc *corev1.Service) string {
 	switch {
@@ -40,6 +55,9 @@ func SkipAsked(svc *corev1.Service) string {
 		return "sets spec.loadBalancerIP"
 	}
 	for _, a := range MetalLBAnnotations {
+		if a == ParkingAnnotation && Parked(svc) {
+			continue
+		}
 		if _, ok := svc.Annotations[a]; ok {
 			return "carries " + a
 		}

@@ -38,6 +38,12 @@ func TestSkipAsked(t *testing.T) {
 		{"MetalLB pool", lb(func(s *corev1.Service) { s.Annotations["metallb.io/address-pool"] = "p" }), true},
 		{"MetalLB pin, legacy prefix", lb(func(s *corev1.Service) { s.Annotations["metallb.universe.tf/loadBalancerIPs"] = "x" }), true},
 		{"MetalLB sharing", lb(func(s *corev1.Service) { s.Annotations["metallb.io/allow-shared-ip"] = "k" }), true},
+		{"parked by a driver's admission policy: auto-claim still serves it", lb(func(s *corev1.Service) { s.Annotations[ParkingAnnotation] = ParkingPool }), false},
+		{"the parking value under the legacy prefix is an admin's pool choice", lb(func(s *corev1.Service) { s.Annotations["metallb.universe.tf/address-pool"] = ParkingPool }), true},
+		{"parked and pinned", lb(func(s *corev1.Service) {
+			s.Annotations[ParkingAnnotation] = ParkingPool
+			s.Annotations["metallb.io/loadBalancerIPs"] = "203.0.113.1"
+		}), true},
 	} {
 		if got := SkipAsked(tc.svc) != ""; got != tc.skip {
 			t.Errorf("%s: skip=%v (%q), want %v", tc.name, got, SkipAsked(tc.svc), tc.skip)
