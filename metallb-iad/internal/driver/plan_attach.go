@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -173,7 +174,9 @@ func planAttach(v attachView) attachPlan {
 	}
 	p.deleteHolds = v.holds
 	_, releasingLeft := svc.Annotations[AnnotationReleasing]
-	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft) && v.pinned != want {
+	// A parked Service (autoclaim.ParkingPool) is unparked by the pin: MetalLB refuses a pin
+	// together with another pool.
+	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft || autoclaim.Parked(svc)) && v.pinned != want {
 		p.pin = want
 	}
 	for _, a := range v.attachedHere {

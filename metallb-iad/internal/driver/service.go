@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -230,6 +231,9 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.pin
 		svc.Annotations[AnnotationPinned] = "true"
 		delete(svc.Annotations, AnnotationReleasing)
+		if autoclaim.Parked(svc) {
+			delete(svc.Annotations, autoclaim.ParkingAnnotation)
+		}
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return err
 		}
