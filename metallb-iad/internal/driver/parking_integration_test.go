@@ -60,3 +60,59 @@ func TestParkedServiceIsAttached(t *testing.T) {
 		t.Fatalf("the parking annotation was taken for a foreign pin: %s", evs[0].Note)
 	}
 }
+
+// Issue 10 review (M2, M3): the driver parks a Service in the same write that unpins it while
+// it still names a claim (so MetalLB never serves it from an auto-assigning pool meanwhile, and
+// an auto-claimed Service, which the admission policy cannot tell from an old one, is covered
+// too); and it takes the parking annotation off a Service that no longer qualifies (here: it
+// stops naming a claim and opts out of auto-claim), which the policies never do.
+func TestDriverParksOnUnpinAndUnparks(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "unpark", "203.0.113.240/28")
+	startFakeMetalLB(t, "unpark", netip.MustParsePrefix("203.0.113.240/28"))
+	ns := newNamespace(t, "unpark")
+	const ip = "203.0.113.241"
+	boundClaimWithAddress(t, ns, "c", "unpark", ip)
+	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceIngress(t, ns, "web", ip)
+	annotate := func(what string, change func(map[string]string)) {
+		t.Helper()
+		eventually(t, what, func() (bool, error) {
+			var s corev1.Service
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			change(s.Annotations)
+			return admin.Update(ctx, &s) == nil, nil
+		})
+	}
+	state := func(want string) func() (bool, error) {
+		return func() (bool, error) {
+			var s corev1.Service
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			_, pin := s.Annotations[metallb.AnnotationLoadBalancerIPs]
+			switch want {
+			case "parked":
+				return autoclaim.Parked(&s) && !pin && len(s.Status.LoadBalancer.Ingress) == 0, nil
+			default:
+				_, parked := s.Annotations[autoclaim.ParkingAnnotation]
+				return !parked && !pin, nil
+			}
+		}
+	}
+	// Re-linked to a claim that does not exist: unpinned, parked, the address released.
+	annotate("the re-link", func(a map[string]string) { a[ipamv1.AnnotationServiceClaim] = "missing" })
+	eventually(t, "the Service to be unpinned and parked", state("parked"))
+	// No claim any more, and opted out of auto-claim: nothing parks it, so the driver unparks.
+	annotate("the opt-out", func(a map[string]string) {
+		delete(a, ipamv1.AnnotationServiceClaim)
+		a[ipamv1.AnnotationAutoClaim] = "false"
+	})
+	eventually(t, "the Service to be unparked", state("unparked"))
+}
