@@ -3,6 +3,8 @@ package policycel
 import (
 	"slices"
 	"strings"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 // ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
@@ -36,10 +38,11 @@ func (r Rule) Allows(req Request) bool {
 	return len(r.Changed(req)) == 0
 }
 
-// Changed lists the protected fields req sets, changes or removes.
+// Changed lists the protected fields req sets, changes or removes. MetalLB's pool annotation
+// with the parking value (autoclaim.ParkingPool) counts as absent: it requests no address.
 func (r Rule) Changed(req Request) []string {
 	var out []string
-	newAnn, oldAnn := annotations(req.Object), annotations(req.OldObject)
+	newAnn, oldAnn := protected(annotations(req.Object)), protected(annotations(req.OldObject))
 	for _, k := range ProtectedAnnotations {
 		nv, nok := newAnn[k]
 		ov, ook := oldAnn[k]
@@ -57,6 +60,20 @@ func (r Rule) Changed(req Request) []string {
 				out = append(out, "spec.externalIPs")
 				break
 			}
+		}
+	}
+	return out
+}
+
+// protected is ann without the parking value of the pool annotation.
+func protected(ann map[string]any) map[string]any {
+	if ann[autoclaim.ParkingAnnotation] != autoclaim.ParkingPool {
+		return ann
+	}
+	out := map[string]any{}
+	for k, v := range ann {
+		if k != autoclaim.ParkingAnnotation {
+			out[k] = v
 		}
 	}
 	return out
