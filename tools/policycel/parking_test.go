@@ -2,10 +2,14 @@ package policycel
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -262,5 +266,43 @@ func TestParkingPolicies(t *testing.T) {
 				t.Fatalf("the rule says %q, the case expects %q: the case or the rule is wrong", got, tc.want)
 			}
 		})
+	}
+}
+
+// The provisioner the auto-claim policy (and this model) compares with is the driver's own
+// constant, read from the driver's source (its package is internal to the driver's module).
+func TestProvisionerIsTheDrivers(t *testing.T) {
+	path := filepath.Join("..", "..", "metallb-iad", "internal", "driver", "names.go")
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			for i, n := range v.Names {
+				if n.Name == "Provisioner" && i < len(v.Values) {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok {
+						got, _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	if got != Provisioner {
+		t.Fatalf("the driver's Provisioner is %q, the parking model's %q", got, Provisioner)
+	}
+	p := loadParking(t)
+	var mentioned bool
+	for _, mc := range p.Specs[1].MatchConditions {
+		mentioned = mentioned || strings.Contains(mc.Expression, "'"+got+"'")
+	}
+	if !mentioned {
+		t.Fatalf("the auto-claim parking policy does not compare with the driver's provisioner %q", got)
 	}
 }
