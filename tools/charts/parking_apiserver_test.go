@@ -19,9 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 const (
@@ -50,7 +47,7 @@ func lb(name string, ann map[string]string) *corev1.Service {
 }
 
 func isParked(s *corev1.Service) bool {
-	return s.Annotations[autoclaim.ParkingAnnotation] == autoclaim.ParkingPool
+	return s.Annotations[parkingAnnotation] == parkingPool
 }
 
 // create creates svc in ns as c (a fresh name each time) and returns what the apiserver stored.
@@ -110,7 +107,7 @@ func (e *parkingEnv) class(name, provisioner string, autoClaim bool) {
 	c := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddressClass",
 		"metadata": map[string]any{"name": name}, "spec": map[string]any{"provisioner": provisioner}}}
 	if autoClaim {
-		c.SetAnnotations(map[string]string{ipamv1.AnnotationAutoClaimClass: "true"})
+		c.SetAnnotations(map[string]string{annAutoClaimClass: "true"})
 	}
 	if _, err := e.dyn.Resource(classGVR).Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
@@ -123,7 +120,7 @@ func (e *parkingEnv) markAutoClaim(name string, on bool) {
 	if on {
 		v = "true"
 	}
-	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{ipamv1.AnnotationAutoClaimClass: v}}})
+	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annAutoClaimClass: v}}})
 	if _, err := e.dyn.Resource(classGVR).Patch(e.ctx, name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -200,7 +197,7 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claim := map[string]string{ipamv1.AnnotationServiceClaim: "web-ip"}
+	claim := map[string]string{annServiceClaim: "web-ip"}
 	// Both admission policies take effect through the apiserver's informers.
 	e.eventuallyParks("the claimed policy to take effect", lb("probe", claim), true)
 	eventually(t, 30*time.Second, "the service-pins policy to take effect", func() (bool, error) {
@@ -224,8 +221,8 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 	withIP.Spec.LoadBalancerIP = "203.0.113.40"
 	s, err = e.create(e.admin, e.tenant, withIP)
 	e.wantParked("the admin names a claim with spec.loadBalancerIP", s, err, false)
-	for _, k := range autoclaim.MetalLBAnnotations {
-		ann := map[string]string{ipamv1.AnnotationServiceClaim: "web-ip", k: "pool-a"}
+	for _, k := range metallbAnnotations {
+		ann := map[string]string{annServiceClaim: "web-ip", k: "pool-a"}
 		s, err = e.create(e.admin, e.tenant, lb("metallb", ann))
 		e.wantParked("the admin names a claim with "+k, s, err, false)
 		if err == nil && s.Annotations[k] != "pool-a" {
@@ -239,35 +236,35 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 
 	// A tenant may drop the parked value: the claimed policy puts it back and service-pins
 	// admits the write. Any other pool value stays denied.
-	s, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{autoclaim.ParkingAnnotation: nil}}})
+	s, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{parkingAnnotation: nil}}})
 	e.wantParked("alice drops the parked value of a Service naming a claim", s, err, true)
-	for _, v := range []string{"pool-a", autoclaim.ParkingPool + "-x"} {
-		_, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{autoclaim.ParkingAnnotation: v}}})
-		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(fmt.Sprint(err), autoclaim.ParkingAnnotation) || !strings.Contains(fmt.Sprint(err), "alice") {
-			t.Errorf("alice sets %s=%s on a parked Service: %v, want a denial naming the field and alice", autoclaim.ParkingAnnotation, v, err)
+	for _, v := range []string{"pool-a", parkingPool + "-x"} {
+		_, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{parkingAnnotation: v}}})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(fmt.Sprint(err), parkingAnnotation) || !strings.Contains(fmt.Sprint(err), "alice") {
+			t.Errorf("alice sets %s=%s on a parked Service: %v, want a denial naming the field and alice", parkingAnnotation, v, err)
 		}
 	}
-	_, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"metallb.universe.tf/address-pool": autoclaim.ParkingPool}}})
+	_, err = e.patch(e.alice, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"metallb.universe.tf/address-pool": parkingPool}}})
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		t.Errorf("alice adds the parked value under the deprecated key: %v, want a denial", err)
 	}
 	// A tenant's plain Service (no claim) with the parked value is admitted as is, and unparked.
-	plain := e.mustCreate(e.alice, e.tenant, lb("self-parked", map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool}))
+	plain := e.mustCreate(e.alice, e.tenant, lb("self-parked", map[string]string{parkingAnnotation: parkingPool}))
 	e.wantParked("alice parks her own Service", plain, nil, true)
-	s, err = e.patch(e.alice, plain, map[string]any{"metadata": map[string]any{"annotations": map[string]any{autoclaim.ParkingAnnotation: nil}}})
+	s, err = e.patch(e.alice, plain, map[string]any{"metadata": map[string]any{"annotations": map[string]any{parkingAnnotation: nil}}})
 	e.wantParked("alice unparks her own Service (no auto-claim class)", s, err, false)
 
 	// Auto-claim: a class of this driver and one of another driver, neither marked yet.
 	e.class("park-gold", driverProvisioner, false)
 	e.class("park-silver", "other.drivers.example.com", false)
-	e.eventuallyParks("the gold class to reach the auto-claim policy", lb("probe", map[string]string{ipamv1.AnnotationServiceClass: "park-gold"}), true)
-	s, err = e.create(e.alice, e.tenant, lb("gold", map[string]string{ipamv1.AnnotationServiceClass: "park-gold"}))
+	e.eventuallyParks("the gold class to reach the auto-claim policy", lb("probe", map[string]string{annServiceClass: "park-gold"}), true)
+	s, err = e.create(e.alice, e.tenant, lb("gold", map[string]string{annServiceClass: "park-gold"}))
 	e.wantParked("alice names a class of this driver", s, err, true)
-	s, err = e.create(e.alice, e.tenant, lb("silver", map[string]string{ipamv1.AnnotationServiceClass: "park-silver"}))
+	s, err = e.create(e.alice, e.tenant, lb("silver", map[string]string{annServiceClass: "park-silver"}))
 	e.wantParked("alice names a class of another driver", s, err, false)
-	s, err = e.create(e.alice, e.tenant, lb("missing", map[string]string{ipamv1.AnnotationServiceClass: "park-missing"}))
+	s, err = e.create(e.alice, e.tenant, lb("missing", map[string]string{annServiceClass: "park-missing"}))
 	e.wantParked("alice names a class that does not exist", s, err, false)
-	s, err = e.create(e.alice, e.tenant, lb("gold-optout", map[string]string{ipamv1.AnnotationServiceClass: "park-gold", ipamv1.AnnotationAutoClaim: "False"}))
+	s, err = e.create(e.alice, e.tenant, lb("gold-optout", map[string]string{annServiceClass: "park-gold", annAutoClaim: "False"}))
 	e.wantParked("alice names a class of this driver and opts out of auto-claim", s, err, false)
 	s, err = e.create(e.alice, e.tenant, lb("unannotated", nil))
 	e.wantParked("alice creates an unannotated Service while no auto-claim class exists", s, err, false)
@@ -289,9 +286,9 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 	e.eventuallyParks("the auto-claim mark to reach the policy", lb("probe", nil), true)
 	s, err = e.create(e.alice, e.tenant, lb("unannotated", nil))
 	e.wantParked("alice creates an unannotated Service while this driver's class is marked", s, err, true)
-	s, err = e.create(e.alice, e.tenant, lb("optout", map[string]string{ipamv1.AnnotationAutoClaim: "false"}))
+	s, err = e.create(e.alice, e.tenant, lb("optout", map[string]string{annAutoClaim: "false"}))
 	e.wantParked("alice opts out of auto-claim", s, err, false)
-	s, err = e.create(e.alice, e.tenant, lb("silver", map[string]string{ipamv1.AnnotationServiceClass: "park-silver"}))
+	s, err = e.create(e.alice, e.tenant, lb("silver", map[string]string{annServiceClass: "park-silver"}))
 	e.wantParked("alice names another driver's class while this driver's is marked", s, err, false)
 	// Updates: the Service showing an address keeps it; the waiting one is parked.
 	label := map[string]any{"metadata": map[string]any{"labels": map[string]any{"tier": "web"}}}
@@ -303,7 +300,7 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 	s, err = e.patch(e.alice, waiting, label)
 	e.wantParked("alice updates a Service that shows no address yet", s, err, true)
 	// Dropping the parked value of an auto-claimed Service brings it back too.
-	s, err = e.patch(e.alice, s, map[string]any{"metadata": map[string]any{"annotations": map[string]any{autoclaim.ParkingAnnotation: nil}}})
+	s, err = e.patch(e.alice, s, map[string]any{"metadata": map[string]any{"annotations": map[string]any{parkingAnnotation: nil}}})
 	e.wantParked("alice drops the parked value of an auto-claimed Service", s, err, true)
 
 	// The driver's attach patch (pin, marker, parked value removed, in one write) is not parked
@@ -319,7 +316,7 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 	}
 	const marker = "metallb.drivers.local.sdn.cozystack.io/pinned"
 	s, err = e.patch(driver, named, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		autoclaim.ParkingAnnotation: nil, "metallb.io/loadBalancerIPs": "203.0.113.42", marker: "true"}}})
+		parkingAnnotation: nil, "metallb.io/loadBalancerIPs": "203.0.113.42", marker: "true"}}})
 	e.wantParked("the driver pins a parked Service", s, err, false)
 	if err == nil && s.Annotations["metallb.io/loadBalancerIPs"] != "203.0.113.42" {
 		t.Errorf("the driver's pin is gone: %v", s.Annotations)

@@ -1,14 +1,79 @@
 package charts
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 var parkingPolicies = []string{"metallb-iad-park-claimed", "metallb-iad-park-auto-claimed"}
+
+// The core's names (address-controller/pkg/autoclaim, address-controller/api/v1alpha1): this
+// module does not depend on the core's, so TestParkingValueIsTheCores reads them from its source.
+const (
+	parkingPool       = "metallb-iad/parked"
+	parkingAnnotation = "metallb.io/address-pool"
+	annServiceClaim   = "local.sdn.cozystack.io/ip-address-claim"
+	annServiceClass   = "local.sdn.cozystack.io/ip-address-class"
+	annAutoClaim      = "local.sdn.cozystack.io/auto-claim"
+	annAutoClaimClass = "ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class"
+)
+
+var metallbAnnotations = []string{
+	"metallb.io/address-pool", "metallb.io/loadBalancerIPs", "metallb.io/allow-shared-ip",
+	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
+}
+
+// stringConst reads the string constant name from a Go source file.
+func stringConst(t *testing.T, path, name string) string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				for i, n := range v.Names {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && n.Name == name && lit.Kind == token.STRING {
+						s, err := strconv.Unquote(lit.Value)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return s
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no string constant %s in %s", name, path)
+	return ""
+}
+
+// The parked value the chart hard-codes (and these tests check it with) is the core's
+// autoclaim.ParkingPool under autoclaim.ParkingAnnotation.
+func TestParkingValueIsTheCores(t *testing.T) {
+	path := filepath.Join(root, "address-controller", "pkg", "autoclaim", "autoclaim.go")
+	if got := stringConst(t, path, "ParkingPool"); got != parkingPool {
+		t.Errorf("autoclaim.ParkingPool is %q, the chart's tests expect %q", got, parkingPool)
+	}
+	if got := stringConst(t, path, "ParkingAnnotation"); got != parkingAnnotation {
+		t.Errorf("autoclaim.ParkingAnnotation is %q, the chart's tests expect %q", got, parkingAnnotation)
+	}
+	wk := filepath.Join(root, "address-controller", "api", "v1alpha1", "wellknown.go")
+	for name, want := range map[string]string{"AnnotationServiceClaim": annServiceClaim, "AnnotationServiceClass": annServiceClass,
+		"AnnotationAutoClaim": annAutoClaim, "AnnotationAutoClaimClass": annAutoClaimClass} {
+		if got := stringConst(t, wk, name); got != want {
+			t.Errorf("%s is %q, the chart's tests expect %q", name, got, want)
+		}
+	}
+}
 
 // renderDriverFor renders the driver chart for an apiserver serving kinds (see RenderFor).
 func renderDriverFor(t *testing.T, values map[string]any, kinds []string) map[string]map[string]any {
@@ -26,12 +91,12 @@ func renderDriverFor(t *testing.T, values map[string]any, kinds []string) map[st
 
 // The parking policies as PARKING.md agrees them: both MutatingAdmissionPolicies with their
 // bindings, failurePolicy Ignore, CREATE and UPDATE of services (not their status), the parked
-// value exactly autoclaim.ParkingPool under autoclaim.ParkingAnnotation (which the service-pins
+// value exactly parkingPool under parkingAnnotation (which the service-pins
 // policy exempts), the auto-claim one with IPAddressClass params over all classes, and the
 // bindings selecting the tenant namespaces like the service-pins binding.
 func TestParkingPoliciesRendering(t *testing.T) {
 	objs := render(t, "metallb-iad", nil)
-	parked := "'" + autoclaim.ParkingAnnotation + "': '" + autoclaim.ParkingPool + "'"
+	parked := "'" + parkingAnnotation + "': '" + parkingPool + "'"
 	for _, name := range parkingPolicies {
 		p, b := objs["MutatingAdmissionPolicy/"+name], objs["MutatingAdmissionPolicyBinding/"+name]
 		if p == nil || b == nil {
@@ -83,7 +148,7 @@ func TestParkingPoliciesRendering(t *testing.T) {
 	var exempt bool
 	for _, v := range dig(objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"], "spec", "variables").([]any) {
 		e := v.(map[string]any)["expression"].(string)
-		exempt = exempt || strings.Contains(e, "'"+autoclaim.ParkingAnnotation+"'") && strings.Contains(e, "'"+autoclaim.ParkingPool+"'")
+		exempt = exempt || strings.Contains(e, "'"+parkingAnnotation+"'") && strings.Contains(e, "'"+parkingPool+"'")
 	}
 	if !exempt {
 		t.Error("the service-pins policy does not mention the parked value")

@@ -3,8 +3,14 @@ package policycel
 import (
 	"slices"
 	"strings"
+)
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+// The parking value of MetalLB's pool annotation, as the core spells it (ParkingPool
+// and ParkingAnnotation in address-controller/pkg/autoclaim; this module does not
+// depend on the core's, and TestParkingConstantsAreTheCores compares them).
+const (
+	ParkingPool       = "metallb-iad/parked"
+	ParkingAnnotation = "metallb.io/address-pool"
 )
 
 // ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
@@ -39,7 +45,7 @@ func (r Rule) Allows(req Request) bool {
 }
 
 // Changed lists the protected fields req sets, changes or removes. MetalLB's pool annotation
-// with the parking value (autoclaim.ParkingPool) counts as absent: it requests no address.
+// with the parking value (ParkingPool) counts as absent: it requests no address.
 func (r Rule) Changed(req Request) []string {
 	var out []string
 	newAnn, oldAnn := protected(annotations(req.Object)), protected(annotations(req.OldObject))
@@ -67,12 +73,12 @@ func (r Rule) Changed(req Request) []string {
 
 // protected is ann without the parking value of the pool annotation.
 func protected(ann map[string]any) map[string]any {
-	if ann[autoclaim.ParkingAnnotation] != autoclaim.ParkingPool {
+	if ann[ParkingAnnotation] != ParkingPool {
 		return ann
 	}
 	out := map[string]any{}
 	for k, v := range ann {
-		if k != autoclaim.ParkingAnnotation {
+		if k != ParkingAnnotation {
 			out[k] = v
 		}
 	}

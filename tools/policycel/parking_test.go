@@ -13,11 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 func loadParking(t testing.TB) *Parking {
@@ -33,52 +29,6 @@ func loadParking(t testing.TB) *Parking {
 	return p
 }
 
-func toCoreService(t testing.TB, obj map[string]any) *corev1.Service {
-	t.Helper()
-	var svc corev1.Service
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(runtime.DeepCopyJSON(obj), &svc); err != nil {
-		t.Fatal(err)
-	}
-	return &svc
-}
-
-// parkingRule is PARKING.md written as plain Go over the core's own auto-claim rules
-// (autoclaim.SkipAsked), independently of the policies' CEL: which of the two policies parks
-// the Service, "" for neither.
-func parkingRule(t testing.TB, req ParkRequest) string {
-	svc := toCoreService(t, req.Object)
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "" ||
-		svc.Spec.LoadBalancerIP != "" {
-		return ""
-	}
-	for _, k := range autoclaim.MetalLBAnnotations {
-		if _, ok := svc.Annotations[k]; ok {
-			return "" // asked another way, or parked or pinned already
-		}
-	}
-	if svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
-		return ParkClaimedPolicy
-	}
-	if autoclaim.SkipAsked(svc) != "" {
-		return ""
-	}
-	if req.OldObject != nil && (len(svc.Status.LoadBalancer.Ingress) > 0 || len(toCoreService(t, req.OldObject).Status.LoadBalancer.Ingress) > 0) {
-		return "" // an existing Service with an address keeps it
-	}
-	for _, c := range req.Classes {
-		md := c["metadata"].(map[string]any)
-		if c["spec"].(map[string]any)["provisioner"] != Provisioner || md["deletionTimestamp"] != nil {
-			continue
-		}
-		marks, _ := md["annotations"].(map[string]any)
-		if named := svc.Annotations[ipamv1.AnnotationServiceClass]; named != "" && md["name"] == named ||
-			named == "" && marks[ipamv1.AnnotationAutoClaimClass] == "true" {
-			return ParkAutoClaimedPolicy + "/" + md["name"].(string)
-		}
-	}
-	return ""
-}
-
 func jsonOf(t testing.TB, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -89,8 +39,8 @@ func jsonOf(t testing.TB, v any) string {
 }
 
 // checkParking evaluates the chart's parking policies over req and compares the result with
-// parkingRule: the Service is parked by the expected policy (for the expected class) with
-// exactly autoclaim.ParkingPool, and nothing else about it changes.
+// ParkingRule: the Service is parked by the expected policy (for the expected class) with
+// exactly ParkingPool, and nothing else about it changes.
 func checkParking(t testing.TB, p *Parking, req ParkRequest) string {
 	t.Helper()
 	before := jsonOf(t, req.Object)
@@ -102,7 +52,7 @@ func checkParking(t testing.TB, p *Parking, req ParkRequest) string {
 	if jsonOf(t, req.Object) != before {
 		t.Fatal("the evaluation changed its input")
 	}
-	want := parkingRule(t, req)
+	want := ParkingRule(req)
 	applied := strings.Join(got.Applied, ",")
 	if applied != want {
 		t.Fatalf("policies applied %q, PARKING.md says %q\nold %v\nnew %v\nclasses %v", applied, want, req.OldObject, req.Object, req.Classes)
@@ -110,10 +60,10 @@ func checkParking(t testing.TB, p *Parking, req ParkRequest) string {
 	out := runtime.DeepCopyJSON(got.Object)
 	if want != "" {
 		ann, _ := out["metadata"].(map[string]any)["annotations"].(map[string]any)
-		if ann[autoclaim.ParkingAnnotation] != autoclaim.ParkingPool {
-			t.Fatalf("parked with %s=%v, want %s", autoclaim.ParkingAnnotation, ann[autoclaim.ParkingAnnotation], autoclaim.ParkingPool)
+		if ann[ParkingAnnotation] != ParkingPool {
+			t.Fatalf("parked with %s=%v, want %s", ParkingAnnotation, ann[ParkingAnnotation], ParkingPool)
 		}
-		delete(ann, autoclaim.ParkingAnnotation)
+		delete(ann, ParkingAnnotation)
 		if len(ann) == 0 {
 			delete(out["metadata"].(map[string]any), "annotations")
 		}
@@ -135,7 +85,7 @@ func normalize(t testing.TB, obj map[string]any) any {
 // Random Service writes and classes: the chart's parking policies, evaluated with the
 // apiserver's admission CEL compiler, park exactly the Services PARKING.md says (a parkable
 // Service that names a claim, or that auto-claim would serve from a class of this driver, the
-// latter never when an existing Service shows an address), with exactly autoclaim.ParkingPool.
+// latter never when an existing Service shows an address), with exactly ParkingPool.
 func FuzzParkingPolicies(f *testing.F) {
 	p := loadParking(f)
 	for _, seed := range [][]byte{
@@ -192,7 +142,7 @@ func class(name, provisioner string, autoClaim bool) map[string]any {
 	c := map[string]any{"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddressClass",
 		"metadata": map[string]any{"name": name}, "spec": map[string]any{"provisioner": provisioner}}
 	if autoClaim {
-		c["metadata"].(map[string]any)["annotations"] = map[string]any{ipamv1.AnnotationAutoClaimClass: "true"}
+		c["metadata"].(map[string]any)["annotations"] = map[string]any{AnnotationAutoClaimClass: "true"}
 	}
 	return c
 }
@@ -209,7 +159,7 @@ func TestParkingPolicies(t *testing.T) {
 	if len(p.Specs) != 2 {
 		t.Fatalf("%d parking policies", len(p.Specs))
 	}
-	claim := map[string]string{ipamv1.AnnotationServiceClaim: "web-ip"}
+	claim := map[string]string{AnnotationServiceClaim: "web-ip"}
 	gold, other := class("gold", Provisioner, false), class("silver", "other.drivers.example.com", false)
 	autoGold, autoOther := class("gold", Provisioner, true), class("silver", "other.drivers.example.com", true)
 	with := func(extra map[string]string) map[string]string {
@@ -236,28 +186,28 @@ func TestParkingPolicies(t *testing.T) {
 	}{
 		{"names a claim", nil, lbService(claim), nil, ParkClaimedPolicy},
 		{"names a claim, update with an address", withIngress(lbService(claim)), withIngress(lbService(claim)), nil, ParkClaimedPolicy},
-		{"names an empty claim", nil, lbService(map[string]string{ipamv1.AnnotationServiceClaim: ""}), nil, ""},
+		{"names an empty claim", nil, lbService(map[string]string{AnnotationServiceClaim: ""}), nil, ""},
 		{"not a LoadBalancer", nil, clusterIP, nil, ""},
 		{"loadBalancerClass", nil, lbClass, nil, ""},
 		{"spec.loadBalancerIP", nil, lbIP, nil, ""},
 		{"a MetalLB pin", nil, lbService(with(map[string]string{"metallb.io/loadBalancerIPs": "203.0.113.22"})), nil, ""},
 		{"a deprecated MetalLB pool", nil, lbService(with(map[string]string{"metallb.universe.tf/address-pool": "pool-a"})), nil, ""},
 		{"a MetalLB sharing key", nil, lbService(with(map[string]string{"metallb.io/allow-shared-ip": "k"})), nil, ""},
-		{"parked already", nil, lbService(with(map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool})), nil, ""},
-		{"class of this driver named", nil, lbService(map[string]string{ipamv1.AnnotationServiceClass: "gold"}), []map[string]any{gold, other}, ParkAutoClaimedPolicy + "/gold"},
-		{"class of another driver named", nil, lbService(map[string]string{ipamv1.AnnotationServiceClass: "silver"}), []map[string]any{gold, other}, ""},
-		{"class named that does not exist", nil, lbService(map[string]string{ipamv1.AnnotationServiceClass: "bronze"}), []map[string]any{gold, other}, ""},
+		{"parked already", nil, lbService(with(map[string]string{ParkingAnnotation: ParkingPool})), nil, ""},
+		{"class of this driver named", nil, lbService(map[string]string{AnnotationServiceClass: "gold"}), []map[string]any{gold, other}, ParkAutoClaimedPolicy + "/gold"},
+		{"class of another driver named", nil, lbService(map[string]string{AnnotationServiceClass: "silver"}), []map[string]any{gold, other}, ""},
+		{"class named that does not exist", nil, lbService(map[string]string{AnnotationServiceClass: "bronze"}), []map[string]any{gold, other}, ""},
 		{"no class, an auto-claim class of this driver", nil, lbService(nil), []map[string]any{other, autoGold}, ParkAutoClaimedPolicy + "/gold"},
 		{"no class, auto-claim class of another driver", nil, lbService(nil), []map[string]any{gold, autoOther}, ""},
 		{"no class, no auto-claim class", nil, lbService(nil), []map[string]any{gold, other}, ""},
 		{"no class, no classes at all", nil, lbService(nil), nil, ""},
-		{"named class wins over the auto-claim mark", nil, lbService(map[string]string{ipamv1.AnnotationServiceClass: "silver"}), []map[string]any{autoGold, other}, ""},
-		{"opted out", nil, lbService(map[string]string{ipamv1.AnnotationAutoClaim: "FALSE"}), []map[string]any{autoGold}, ""},
-		{"auto-claim true", nil, lbService(map[string]string{ipamv1.AnnotationAutoClaim: "true"}), []map[string]any{autoGold}, ParkAutoClaimedPolicy + "/gold"},
+		{"named class wins over the auto-claim mark", nil, lbService(map[string]string{AnnotationServiceClass: "silver"}), []map[string]any{autoGold, other}, ""},
+		{"opted out", nil, lbService(map[string]string{AnnotationAutoClaim: "FALSE"}), []map[string]any{autoGold}, ""},
+		{"auto-claim true", nil, lbService(map[string]string{AnnotationAutoClaim: "true"}), []map[string]any{autoGold}, ParkAutoClaimedPolicy + "/gold"},
 		{"update, no address", lbService(nil), lbService(map[string]string{"example.com/x": "y"}), []map[string]any{autoGold}, ParkAutoClaimedPolicy + "/gold"},
 		{"update of a Service showing an address", withIngress(lbService(nil)), withIngress(lbService(map[string]string{"example.com/x": "y"})), []map[string]any{autoGold}, ""},
 		{"update without status of a Service showing an address", withIngress(lbService(nil)), lbService(map[string]string{"example.com/x": "y"}), []map[string]any{autoGold}, ""},
-		{"tenant drops the parking annotation of a claimed Service", lbService(with(map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool})), lbService(claim), nil, ParkClaimedPolicy},
+		{"tenant drops the parking annotation of a claimed Service", lbService(with(map[string]string{ParkingAnnotation: ParkingPool})), lbService(claim), nil, ParkClaimedPolicy},
 		{"driver unpins a Service that still names its claim", lbService(with(map[string]string{"metallb.io/loadBalancerIPs": "203.0.113.23", "metallb.drivers.local.sdn.cozystack.io/pinned": "true"})), withIngress(lbService(claim)), nil, ParkClaimedPolicy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,28 +222,7 @@ func TestParkingPolicies(t *testing.T) {
 // The provisioner the auto-claim policy (and this model) compares with is the driver's own
 // constant, read from the driver's source (its package is internal to the driver's module).
 func TestProvisionerIsTheDrivers(t *testing.T) {
-	path := filepath.Join("..", "..", "metallb-iad", "internal", "driver", "names.go")
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range g.Specs {
-			v := spec.(*ast.ValueSpec)
-			for i, n := range v.Names {
-				if n.Name == "Provisioner" && i < len(v.Values) {
-					if lit, ok := v.Values[i].(*ast.BasicLit); ok {
-						got, _ = strconv.Unquote(lit.Value)
-					}
-				}
-			}
-		}
-	}
+	got := goConsts(t, filepath.Join("..", "..", "metallb-iad", "internal", "driver", "names.go"))["Provisioner"]
 	if got != Provisioner {
 		t.Fatalf("the driver's Provisioner is %q, the parking model's %q", got, Provisioner)
 	}
@@ -304,5 +233,52 @@ func TestProvisionerIsTheDrivers(t *testing.T) {
 	}
 	if !mentioned {
 		t.Fatalf("the auto-claim parking policy does not compare with the driver's provisioner %q", got)
+	}
+}
+
+// goConsts reads the string constants of a Go source file.
+func goConsts(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			for i, n := range v.Names {
+				if i < len(v.Values) {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						out[n.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The parking value and the annotations the policies and this model use are the core's, read
+// from its source (this module does not import the core's).
+func TestParkingConstantsAreTheCores(t *testing.T) {
+	core := filepath.Join("..", "..", "address-controller")
+	ac := goConsts(t, filepath.Join(core, "pkg", "autoclaim", "autoclaim.go"))
+	wk := goConsts(t, filepath.Join(core, "api", "v1alpha1", "wellknown.go"))
+	for _, c := range []struct{ name, core, ours string }{
+		{"autoclaim.ParkingPool", ac["ParkingPool"], ParkingPool},
+		{"autoclaim.ParkingAnnotation", ac["ParkingAnnotation"], ParkingAnnotation},
+		{"AnnotationServiceClaim", wk["AnnotationServiceClaim"], AnnotationServiceClaim},
+		{"AnnotationServiceClass", wk["AnnotationServiceClass"], AnnotationServiceClass},
+		{"AnnotationAutoClaim", wk["AnnotationAutoClaim"], AnnotationAutoClaim},
+		{"AnnotationAutoClaimClass", wk["AnnotationAutoClaimClass"], AnnotationAutoClaimClass},
+	} {
+		if c.core == "" || c.core != c.ours {
+			t.Errorf("the core's %s is %q, policycel's %q", c.name, c.core, c.ours)
+		}
 	}
 }

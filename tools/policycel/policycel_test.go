@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 const testNamespace = "cozy-metallb-iad"
@@ -148,17 +146,17 @@ func parkedSeed(create bool, user byte, key int, old, new byte) []byte {
 	return b
 }
 
-// The parking value of MetalLB's pool annotation (autoclaim.ParkingPool, which the parking
+// The parking value of MetalLB's pool annotation (ParkingPool, which the parking
 // policies set) is no protected request: a tenant may create a Service with it, add it, drop it;
 // any other change of the pool annotation, the same value under another key, or a look-alike
 // value stays denied.
 func TestServicePinsPolicyLetsTenantsParkAndUnpark(t *testing.T) {
 	p, rule := loadPolicy(t)
 	const none, poolA, parked, lookAlike = 0, 5, 6, 7
-	if *annotationValues[parked] != autoclaim.ParkingPool || *annotationValues[poolA] != "pool-a" {
+	if *annotationValues[parked] != ParkingPool || *annotationValues[poolA] != "pool-a" {
 		t.Fatal("the generator's values changed")
 	}
-	pool := slices.Index(ProtectedAnnotations, autoclaim.ParkingAnnotation)
+	pool := slices.Index(ProtectedAnnotations, ParkingAnnotation)
 	oldPool := slices.Index(ProtectedAnnotations, "metallb.universe.tf/address-pool")
 	pin := slices.Index(ProtectedAnnotations, "metallb.io/loadBalancerIPs")
 	for _, tc := range []struct {
@@ -205,7 +203,7 @@ func TestServicePinsPolicyRandomSample(t *testing.T) {
 	p, rule := loadPolicy(t)
 	rng := rand.New(rand.NewPCG(6, 6))
 	parkedByTenant := 0
-	pool := slices.Index(ProtectedAnnotations, autoclaim.ParkingAnnotation)
+	pool := slices.Index(ProtectedAnnotations, ParkingAnnotation)
 	for n := range 5000 {
 		b := make([]byte, 48)
 		for i := range b {
@@ -228,7 +226,7 @@ func TestServicePinsPolicyRandomSample(t *testing.T) {
 		}
 		na, oa := annotations(req.Object), annotations(req.OldObject)
 		if req.Username == Users(driverUser)[0].Name && got.Allowed &&
-			(na[autoclaim.ParkingAnnotation] == autoclaim.ParkingPool) != (oa[autoclaim.ParkingAnnotation] == autoclaim.ParkingPool) {
+			(na[ParkingAnnotation] == ParkingPool) != (oa[ParkingAnnotation] == ParkingPool) {
 			parkedByTenant++
 		}
 	}
