@@ -59,7 +59,7 @@ func TestDriverNeverShowsAForeignAddress(t *testing.T) {
 	f := features.New("a Service that uses a claim never shows an address other than its claim's").
 		Assess("with an autoAssign: true pool present", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := ipamClient(t)
-			ns := tenantNamespace(ctx, t, c, "tenant-parking")
+			ns := tenantNamespace(ctx, t, c, "tenant-never-foreign")
 			poolWithClass(ctx, t, c, "e2e-park", ipamv1.ReclaimDelete, parkingClassRanges...)
 			poolWithClass(ctx, t, c, "e2e-park-tiny", ipamv1.ReclaimDelete, parkingTinyRange)
 			rec := recordIngress(ctx, t, ns)
