@@ -137,13 +137,13 @@ test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 # can fail a target with a bare "context deadline exceeded" and no failing input (golang/go#75804, fixed in 1.27).
 FUZZ_TARGETS := FuzzParseAndName:./address-controller/api/v1alpha1/ FuzzAddressNameInjective:./address-controller/api/v1alpha1/ \
                 FuzzAutoClaimSkip:./address-controller/internal/controller/ FuzzLinkedClaim:./metallb-iad/internal/driver/ \
-                FuzzServicePinsPolicy:./tools/policycel/ \
+                FuzzServicePinsPolicy:./tools/policycel/ FuzzParkingPolicies:./tools/policycel/ \
                 FuzzPlanProvision:./metallb-iad/internal/driver/ FuzzPlanAddress:./metallb-iad/internal/driver/ \
                 FuzzPlanAttach:./metallb-iad/internal/driver/ \
                 FuzzDecideClaim:./address-controller/internal/controller/ FuzzDecideAddress:./address-controller/internal/controller/
 
 .PHONY: test-fuzz
-test-fuzz: ## Go native fuzzing of address naming, the skip and link rules, the service-pins policy's CEL, the driver's planners and the core's decisions (FUZZTIME each, default 20000x).
+test-fuzz: ## Go native fuzzing of address naming, the skip and link rules, the service-pins and parking policies' CEL, the driver's planners and the core's decisions (FUZZTIME each, default 20000x).
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzzing $${t%%:*} for $(or $(FUZZTIME),20000x)"; \
 		$(GO) test -count=1 -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(or $(FUZZTIME),20000x) "$${t#*:}" || exit 1; \

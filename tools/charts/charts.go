@@ -134,9 +134,24 @@ func Render(c *chart.Chart, namespace string, values map[string]any) (string, er
 	return RenderRelease(c, c.Name(), namespace, values)
 }
 
+// ServedKinds are the group/version/Kind capabilities the charts test with
+// .Capabilities.APIVersions.Has that Helm's offline defaults lack (they list group/versions
+// only) and the project's kube-apiserver (v1.37.2) serves: offline renders see what an install
+// on that apiserver sees. TestServedKindsAreServed checks them against a running apiserver.
+var ServedKinds = []string{
+	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding",
+}
+
 // RenderRelease is Render with the release name given (a Cozystack PackageSource names the
 // release of a wrapper chart).
 func RenderRelease(c *chart.Chart, release, namespace string, values map[string]any) (string, error) {
+	return RenderFor(c, release, namespace, values, ServedKinds)
+}
+
+// RenderFor is RenderRelease for a cluster serving, beyond Helm's defaults, the group/version/Kind
+// capabilities in kinds (nil: none of ServedKinds, as an apiserver before 1.36).
+func RenderFor(c *chart.Chart, release, namespace string, values map[string]any, kinds []string) (string, error) {
 	cfg := new(action.Configuration)
 	install := action.NewInstall(cfg)
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
@@ -147,6 +162,7 @@ func RenderRelease(c *chart.Chart, release, namespace string, values map[string]
 		return "", err
 	}
 	install.KubeVersion = v
+	install.APIVersions = kinds
 	rel, err := install.Run(c, values)
 	if err != nil {
 		return "", err

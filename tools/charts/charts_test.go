@@ -42,6 +42,12 @@ func renderChart(t *testing.T, c *chart.Chart, release, namespace string, values
 	if err != nil {
 		t.Fatalf("rendering %s with %v: %v", c.Name(), values, err)
 	}
+	return decodeIndex(t, manifest)
+}
+
+// decodeIndex decodes a manifest and indexes the objects by kind/name.
+func decodeIndex(t *testing.T, manifest string) map[string]map[string]any {
+	t.Helper()
 	objs, err := kubeapply.Decode([]byte(manifest))
 	if err != nil {
 		t.Fatal(err)

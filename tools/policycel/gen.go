@@ -4,7 +4,10 @@ package policycel
 // fuzz input or a seeded random source drives it.
 
 var (
-	annotationValues = []*string{nil, ptr(""), ptr("203.0.113.7"), ptr("203.0.113.8"), ptr("true"), ptr("pool-a")}
+	// The parking value (autoclaim.ParkingPool) and a look-alike of it are among the values: the
+	// policy admits the former in MetalLB's pool annotation only.
+	annotationValues = []*string{nil, ptr(""), ptr("203.0.113.7"), ptr("203.0.113.8"), ptr("true"), ptr("pool-a"),
+		ptr("metallb-iad/parked"), ptr("metallb-iad/Parked")}
 	ipValues         = []string{"", "203.0.113.7", "203.0.113.8"}
 	externalIPValues = [][]any{nil, {"203.0.113.1"}, {"203.0.113.2"}, {"203.0.113.1", "203.0.113.2"}}
 	// unprotectedAnnotations may change freely (a tenant's own, the claim link, look-alikes).
@@ -49,20 +52,20 @@ func GenRequest(b []byte, driverUser string) Request {
 	keys := append(append([]string{}, ProtectedAnnotations...), unprotectedAnnotations...)
 	for _, k := range keys {
 		o, n := annotationValues[next()%len(annotationValues)], annotationValues[next()%len(annotationValues)]
-		if next()%2 == 0 {
-			n = o // most fields stay as they were
+		if next()%4 != 1 {
+			n = o // most fields stay as they were (a 1 changes one)
 		}
 		setAnnotation(oldObj, k, o)
 		setAnnotation(newObj, k, n)
 	}
 	o, n := ipValues[next()%len(ipValues)], ipValues[next()%len(ipValues)]
-	if next()%2 == 0 {
+	if next()%4 != 1 {
 		n = o
 	}
 	setSpec(oldObj, "loadBalancerIP", o)
 	setSpec(newObj, "loadBalancerIP", n)
 	eo, en := externalIPValues[next()%len(externalIPValues)], externalIPValues[next()%len(externalIPValues)]
-	if next()%2 == 0 {
+	if next()%4 != 1 {
 		en = eo
 	}
 	setSpec(oldObj, "externalIPs", eo)

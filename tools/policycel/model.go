@@ -5,6 +5,14 @@ import (
 	"strings"
 )
 
+// The parking value of MetalLB's pool annotation, as the core spells it (ParkingPool
+// and ParkingAnnotation in address-controller/pkg/autoclaim; this module does not
+// depend on the core's, and TestParkingConstantsAreTheCores compares them).
+const (
+	ParkingPool       = "metallb-iad/parked"
+	ParkingAnnotation = "metallb.io/address-pool"
+)
+
 // ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
 // sharing annotations under both prefixes, and the driver's pinned marker.
 var ProtectedAnnotations = []string{
@@ -36,10 +44,11 @@ func (r Rule) Allows(req Request) bool {
 	return len(r.Changed(req)) == 0
 }
 
-// Changed lists the protected fields req sets, changes or removes.
+// Changed lists the protected fields req sets, changes or removes. MetalLB's pool annotation
+// with the parking value (ParkingPool) counts as absent: it requests no address.
 func (r Rule) Changed(req Request) []string {
 	var out []string
-	newAnn, oldAnn := annotations(req.Object), annotations(req.OldObject)
+	newAnn, oldAnn := protected(annotations(req.Object)), protected(annotations(req.OldObject))
 	for _, k := range ProtectedAnnotations {
 		nv, nok := newAnn[k]
 		ov, ook := oldAnn[k]
@@ -57,6 +66,20 @@ func (r Rule) Changed(req Request) []string {
 				out = append(out, "spec.externalIPs")
 				break
 			}
+		}
+	}
+	return out
+}
+
+// protected is ann without the parking value of the pool annotation.
+func protected(ann map[string]any) map[string]any {
+	if ann[ParkingAnnotation] != ParkingPool {
+		return ann
+	}
+	out := map[string]any{}
+	for k, v := range ann {
+		if k != ParkingAnnotation {
+			out[k] = v
 		}
 	}
 	return out

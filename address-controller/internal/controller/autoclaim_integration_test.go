@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 )
 
 // With auto-claim on, a large number of Services that a skip rule excludes costs the core no
@@ -366,5 +367,30 @@ func TestAutoClaimClassUpdateDoesNotWakeEveryService(t *testing.T) {
 			return false, fmt.Errorf("%d Service passes after 5 class updates", got)
 		}
 		return true, nil
+	})
+}
+
+// Issue 10, defect 10: a Service parked by the driver chart's admission policy (MetalLB's pool
+// annotation with autoclaim.ParkingPool) is parked because it will use an auto-claim: the core
+// claims for it. Any other pool value is an admin's choice and still skips it.
+func TestAutoClaimServesAParkedService(t *testing.T) {
+	ns := newNamespace(t)
+	cls := newClass(t, "ac-parked", noDriver)
+	t.Cleanup(func() { del(t, cls) })
+	parked := lbService(ns, "parked", map[string]string{ipamv1.AnnotationServiceClass: "ac-parked",
+		autoclaim.ParkingAnnotation: autoclaim.ParkingPool})
+	pooled := lbService(ns, "pooled", map[string]string{ipamv1.AnnotationServiceClass: "ac-parked",
+		autoclaim.ParkingAnnotation: "some-pool"})
+	for _, s := range []*corev1.Service{parked, pooled} {
+		create(t, s)
+		t.Cleanup(func() { del(t, s) })
+	}
+	eventually(t, "a claim for the parked Service", func() (bool, error) {
+		_, err := claimOwner(t, ns, "parked")
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	consistently(t, "no claim for the Service that names a pool", 2*time.Second, func() (bool, error) {
+		_, err := claimOwner(t, ns, "pooled")
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 }

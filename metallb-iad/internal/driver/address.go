@@ -269,6 +269,14 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.holders, err = d.holdersOf(ctx, a, ip); err != nil {
 		return nil, err
 	}
+	for _, h := range v.holders {
+		if c := d.cleared.get(h.svc.UID, a.Name, v.now); len(c) > 0 {
+			if v.cleared == nil {
+				v.cleared = map[types.UID][]time.Time{}
+			}
+			v.cleared[h.svc.UID] = c
+		}
+	}
 	if err := d.staleSnapshot(ctx, v, failures); err != nil {
 		return nil, err
 	}
@@ -501,15 +509,20 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
 		return err
 	}
-	for _, s := range p.clearIngress {
+	for _, c := range p.clearIngress {
 		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).
 		// A conflict or a Service gone means a newer view decides (the Service's event brings
 		// this address back).
+		s := c.svc
 		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		s.Status.LoadBalancer.Ingress = nil
-		if err := d.client.Status().Patch(ctx, s, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		if err := d.client.Status().Patch(ctx, s, patch); apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
 			return err
 		}
+		d.cleared.note(s.UID, a.Name, d.now())
+		d.emit([]event{c.said})
 	}
 	if p.createHold != nil {
 		err := d.client.Create(ctx, p.createHold)

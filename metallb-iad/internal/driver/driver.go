@@ -55,7 +55,9 @@ type Driver struct {
 	expect   *expectations
 	// stale remembers, per address, its wait for MetalLB's kept allocations (plan_release.go).
 	stale *staleMemory
-	now   func() time.Time
+	// cleared remembers the stale ingresses this driver cleared (planAddress, staleHolder).
+	cleared *clearMemory
+	now     func() time.Time
 	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
 	// periodic sweep alone).
 	eventSweepOff atomic.Bool
@@ -77,6 +79,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		d.ReleaseAfter = DefaultReleaseAfter
 	}
 	d.stale = newStaleMemory()
+	d.cleared = newClearMemory()
 	if d.SweepEvery == 0 {
 		d.SweepEvery = driverkit.MaxRecheck
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -156,7 +157,8 @@ func FamiliesFit(svc *corev1.Service, claim ipamv1.IPFamily) bool {
 	return slices.Equal(have, want)
 }
 
-// ForeignPins lists the MetalLB annotations on a Service that the driver did not write.
+// ForeignPins lists the MetalLB annotations on a Service that the driver did not write (the
+// parking pool of the chart's admission policy is not one: it requests nothing).
 func ForeignPins(svc *corev1.Service) []string {
 	var out []string
 	for _, a := range ProtectedServiceAnnotations {
@@ -165,6 +167,9 @@ func ForeignPins(svc *corev1.Service) []string {
 		}
 		if a == metallb.AnnotationLoadBalancerIPs && svc.Annotations[AnnotationPinned] == "true" {
 			continue
+		}
+		if a == autoclaim.ParkingAnnotation && autoclaim.Parked(svc) {
+			continue // parked by the chart's admission policy until the driver pins it
 		}
 		out = append(out, a)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -87,6 +88,17 @@ func TestForeignPins(t *testing.T) {
 	}
 	if got := strings.Join(ForeignPins(theirs), ","); got != "metallb.universe.tf/address-pool,spec.loadBalancerIP" {
 		t.Fatalf("got %s", got)
+	}
+	// Parked by the chart's admission policy: requests nothing. The same value under the legacy
+	// prefix, or another pool, is an admin's choice.
+	parked := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool}}}
+	if got := ForeignPins(parked); len(got) != 0 {
+		t.Fatalf("the parking pool counted as foreign: %v", got)
+	}
+	for _, a := range []map[string]string{{"metallb.universe.tf/address-pool": autoclaim.ParkingPool}, {autoclaim.ParkingAnnotation: "parked"}} {
+		if got := ForeignPins(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: a}}); len(got) != 1 {
+			t.Fatalf("%v: got %v", a, got)
+		}
 	}
 }
 

@@ -62,6 +62,10 @@ type addressView struct {
 	// the IP.
 	holders []holder
 
+	// cleared are the times this driver cleared a holder's stale ingress of this IP, by the
+	// holder's uid (the last clearLimit, within clearMemoryFor).
+	cleared map[types.UID][]time.Time
+
 	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
@@ -87,6 +91,12 @@ type holder struct {
 	linksToClaim bool
 }
 
+// ingressClear is a stale holder whose ingress is cleared, and what is said on success.
+type ingressClear struct {
+	svc  *corev1.Service
+	said event
+}
+
 // addressPlan is what the address reconciler writes, in this order: the finalizer; on teardown
 // (once the Service reconciler detached the Service) the holds' deletion, then the finalizer's
 // removal; otherwise the holds (create, pin, nudge, delete surplus) and then the driver's status.
@@ -98,8 +108,9 @@ type addressPlan struct {
 	pinHold         *corev1.Service
 	nudge           *corev1.Service
 	// clearIngress are Services whose load-balancer status shows the IP although nothing on
-	// them requests it (staleHolder): their status is cleared, which makes MetalLB let go.
-	clearIngress []*corev1.Service
+	// them requests it (staleHolder): their status is cleared, which makes MetalLB let go, and
+	// the event said once it was.
+	clearIngress []ingressClear
 	// release are the release Services to create and delete (plan_release.go).
 	release releasePlan
 	// status is the driver's part of the status to write, nil when unchanged.
@@ -150,13 +161,18 @@ func planAddress(v addressView) addressPlan {
 	// waiting is the Service that should show the IP and does not: MetalLB may keep the IP for
 	// a deleted placeholder (plan_release.go).
 	var waiting *corev1.Service
+	// Each clear is said once it succeeded (clears are few: clearEvery, clearLimit).
 	for _, h := range v.holders {
-		if staleHolder(v, adopter, h) {
-			p.clearIngress = append(p.clearIngress, h.svc)
-			p.events = append(p.events, event{obj: h.svc, warning: true, reason: ReasonStaleIngressCleared, once: true,
-				topic:   ReasonStaleIngressCleared + "/" + a.Name,
-				message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.ip, a.Name)})
+		if !staleHolder(v, adopter, h) {
+			continue
 		}
+		if due, wait := clearDue(v.cleared[h.svc.UID], v.now); !due {
+			p.requeue = driverkit.Sooner(p.requeue, wait)
+			continue
+		}
+		p.clearIngress = append(p.clearIngress, ingressClear{svc: h.svc, said: event{obj: h.svc, warning: true,
+			reason:  ReasonStaleIngressCleared,
+			message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.ip, a.Name)}})
 	}
 
 	switch {
@@ -387,6 +403,16 @@ func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 	if !h.inIngress || h.inExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {
 		return false
 	}
+	// Only while MetalLB hands the pool's IPs out on request alone (with an auto-assigning pool,
+	// or none, the class is refused and the premise is false).
+	if v.pool == nil || v.pool.Spec.AutoAssign == nil || *v.pool.Spec.AutoAssign {
+		return false
+	}
+	// A Service cleared clearLimit times within clearMemoryFor that shows the IP again is not
+	// showing MetalLB's stale memory (something keeps writing it): a Conflict for an admin.
+	if len(v.cleared[s.UID]) >= clearLimit {
+		return false
+	}
 	if (v.attached != nil && s.UID == v.attached.UID) || (adopter != nil && s.UID == adopter.UID) {
 		return false
 	}
@@ -408,6 +434,26 @@ func releasing(s *corev1.Service, ip netip.Addr) bool {
 		return true
 	}
 	return s.Annotations[AnnotationPinned] == "true"
+}
+
+// How often a stale holder's ingress is cleared: at most once per clearEvery, and at most
+// clearLimit times within clearMemoryFor before it is taken for a Conflict after all.
+const (
+	clearEvery     = 30 * time.Second
+	clearLimit     = 3
+	clearMemoryFor = 10 * time.Minute
+)
+
+// clearDue says whether a stale holder's ingress may be cleared now, given when it was last
+// cleared (oldest first), and else how long to wait.
+func clearDue(cleared []time.Time, now time.Time) (bool, time.Duration) {
+	if len(cleared) == 0 {
+		return true, 0
+	}
+	if wait := cleared[len(cleared)-1].Add(clearEvery).Sub(now); wait > 0 {
+		return false, wait
+	}
+	return true, 0
 }
 
 // planConflict sets Conflict while a Service other than the attached one, the address's holds

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -356,7 +357,7 @@ func TestPlanAddress(t *testing.T) {
 		{"issue 13: a MetalLB Service that requests nothing and shows the IP is cleared, no conflict, the hold waits", view(testAddress(ip, Finalizer), func(v *addressView) {
 			v.holders = []holder{{svc: svc("x", "former", "former", ip), inIngress: true}}
 		}), func(t *testing.T, p addressPlan) {
-			if len(p.clearIngress) != 1 || p.clearIngress[0].Name != "former" {
+			if len(p.clearIngress) != 1 || p.clearIngress[0].svc.Name != "former" {
 				t.Fatalf("clearIngress %+v", p.clearIngress)
 			}
 			if cond(p, ipamv1.ConditionConflict) != nil || p.createHold != nil {
@@ -365,8 +366,62 @@ func TestPlanAddress(t *testing.T) {
 			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonReleasing {
 				t.Fatalf("%+v", c)
 			}
-			if len(p.events) != 1 || p.events[0].reason != ReasonStaleIngressCleared || !p.events[0].warning {
-				t.Fatalf("%+v", p.events)
+			// Said once the clear succeeded, not before.
+			if e := p.clearIngress[0].said; e.reason != ReasonStaleIngressCleared || !e.warning || len(p.events) != 0 {
+				t.Fatalf("%+v %+v", e, p.events)
+			}
+		}},
+		{"issue 13: a parked Service (the chart's parking pool) showing the IP is stale too", view(testAddress(ip, Finalizer), func(v *addressView) {
+			s := svc("x", "parked", "parked", ip)
+			s.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+			v.holders = []holder{{svc: s, inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 1 || cond(p, ipamv1.ConditionConflict) != nil {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"issue 13 review: with an auto-assigning pool MetalLB may hand the IP out unasked: a Conflict, not a clear", view(testAddress(ip, Finalizer), func(v *addressView) {
+			yes := true
+			v.pool.Spec.AutoAssign = &yes
+			v.holders = []holder{{svc: svc("x", "former", "former", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatal("cleared")
+			}
+			if c := cond(p, ipamv1.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"issue 13 review: cleared a moment ago: wait (no write, no Conflict), look again when due", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holders = []holder{{svc: svc("x", "former", "former", ip), inIngress: true}}
+			v.cleared = map[types.UID][]time.Time{"former": {v.now.Add(-10 * time.Second)}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 || cond(p, ipamv1.ConditionConflict) != nil || p.createHold != nil {
+				t.Fatalf("%+v", p)
+			}
+			if p.requeue <= 0 || p.requeue > clearEvery-10*time.Second {
+				t.Fatalf("requeue %v", p.requeue)
+			}
+		}},
+		{"issue 13 review: cleared clearLimit times and back again: something keeps writing it, a Conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.holders = []holder{{svc: svc("x", "former", "former", ip), inIngress: true}}
+			v.cleared = map[types.UID][]time.Time{"former": {v.now.Add(-3 * time.Minute), v.now.Add(-2 * time.Minute), v.now.Add(-time.Minute)}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatal("cleared")
+			}
+			if c := cond(p, ipamv1.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"issue 13 review: the attached Service showing the IP without the marker is never cleared", view(testAddress(ip, Finalizer), func(v *addressView) {
+			web := svc("t", "web", "web-uid", ip)
+			v.attached = web
+			v.holders = []holder{{svc: web, inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 || cond(p, ipamv1.ConditionConflict) != nil {
+				t.Fatalf("%+v", p)
 			}
 		}},
 		{"issue 13: a Service that requests the IP, or that another implementation serves, stays a conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
@@ -387,7 +442,7 @@ func TestPlanAddress(t *testing.T) {
 			}
 		}), func(t *testing.T, p addressPlan) {
 			if len(p.clearIngress) != 0 {
-				t.Fatalf("cleared %s", p.clearIngress[0].Name)
+				t.Fatalf("cleared %s", p.clearIngress[0].svc.Name)
 			}
 			c := cond(p, ipamv1.ConditionConflict)
 			if c == nil || c.Status != metav1.ConditionTrue {
@@ -409,7 +464,7 @@ func TestPlanAddress(t *testing.T) {
 				{svc: release, inIngress: true}}
 		}), func(t *testing.T, p addressPlan) {
 			if len(p.clearIngress) != 0 {
-				t.Fatalf("cleared %s", p.clearIngress[0].Name)
+				t.Fatalf("cleared %s", p.clearIngress[0].svc.Name)
 			}
 		}},
 		{"issue 16: an external IP is a conflict", view(testAddress(ip, Finalizer), func(v *addressView) {

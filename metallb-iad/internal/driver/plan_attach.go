@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -49,7 +50,9 @@ type attachView struct {
 	// addresses it recorded attachedTo on, while the cache does not show them yet.
 	pinned   string
 	attached map[string]bool
-	now      time.Time
+	// park: the Service should be parked while it has no pin of this driver (parkingWanted).
+	park bool
+	now  time.Time
 }
 
 // attachPlan is what the Service reconciler writes, in this crash-safe order: record attachedTo
@@ -62,15 +65,29 @@ type attachPlan struct {
 	pin         string
 	unattach    []*ipamv1.IPAddress
 	detach      bool
-	events      []event
+	// park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
+	// when there is one, else in a patch of their own.
+	park, unpark bool
+	events       []event
 	// clear are the lasting-condition reasons no longer true of the Service.
 	clear   []string
 	requeue time.Duration
 }
 
 // planAttach applies the link rule's outcome to a Service: attach it to its Bound claim's
-// addresses, keep it while the claim is Lost, or detach it.
+// addresses, keep it while the claim is Lost, or detach it; a Service detached (or never
+// attached) is parked or unparked as parkingWanted says.
 func planAttach(v attachView) attachPlan {
+	p := planAttachment(v)
+	if p.detach && p.pin == "" {
+		parked := autoclaim.Parked(v.svc)
+		p.park = v.park && !parked
+		p.unpark = !v.park && parked
+	}
+	return p
+}
+
+func planAttachment(v attachView) attachPlan {
 	var p attachPlan
 	svc := v.svc
 	if v.placeholder {
@@ -173,7 +190,9 @@ func planAttach(v attachView) attachPlan {
 	}
 	p.deleteHolds = v.holds
 	_, releasingLeft := svc.Annotations[AnnotationReleasing]
-	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft) && v.pinned != want {
+	// A parked Service (autoclaim.ParkingPool) is unparked by the pin: MetalLB refuses a pin
+	// together with another pool.
+	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft || autoclaim.Parked(svc)) && v.pinned != want {
 		p.pin = want
 	}
 	for _, a := range v.attachedHere {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -65,6 +66,26 @@ func TestPlanAttach(t *testing.T) {
 			return v
 		}(), func(t *testing.T, p attachPlan) {
 			if len(p.attach) != 1 || len(p.deleteHolds) != 1 || p.pin != ip || p.detach || len(p.events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"issue 10 defect 10: a parked Service is attached and pinned, no ForeignPin", func() attachView {
+			s := tenantSvc()
+			s.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 1 || p.pin != ip || hasEvent(p, ReasonForeignPin) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"issue 10 defect 10: an attached Service parked again is pinned again (the patch unparks it)", func() attachView {
+			s := pinned(tenantSvc(), ip)
+			s.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+			return attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+		}(), func(t *testing.T, p attachPlan) {
+			if p.pin != ip || len(p.attach) != 0 {
 				t.Fatalf("%+v", p)
 			}
 		}},

@@ -359,3 +359,29 @@ func TestStaleMemoryRemembersDeletedNames(t *testing.T) {
 		t.Fatalf("%v", m.deleted)
 	}
 }
+
+// The memory of stale clears keeps the last clearLimit within clearMemoryFor, per Service and
+// address, and forgets the rest (so it stays bounded).
+func TestClearMemory(t *testing.T) {
+	m := newClearMemory()
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for i := range clearLimit + 2 {
+		m.note("a", "ip-1", t0.Add(time.Duration(i)*time.Minute))
+	}
+	now := t0.Add(time.Duration(clearLimit+1) * time.Minute)
+	if got := m.get("a", "ip-1", now); len(got) != clearLimit || !got[len(got)-1].Equal(now) {
+		t.Fatalf("got %v", got)
+	}
+	if got := m.get("a", "ip-2", now); len(got) != 0 {
+		t.Fatalf("another address: %v", got)
+	}
+	m.note("b", "ip-1", now)
+	later := now.Add(clearMemoryFor)
+	if got := m.get("a", "ip-1", later); len(got) != 0 {
+		t.Fatalf("not forgotten: %v", got)
+	}
+	m.note("c", "ip-1", later)
+	if len(m.m) != 1 {
+		t.Fatalf("old entries kept: %v", m.m)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -141,4 +142,44 @@ func (d *Driver) sweepReleases(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// clearMemory remembers when this driver cleared a Service's stale ingress of an address
+// (planAddress, staleHolder): the last clearLimit times within clearMemoryFor, by Service uid
+// and address. Entries older than that are dropped whenever one is noted, so it stays bounded by
+// the stale holders of the last few minutes.
+type clearMemory struct {
+	mu sync.Mutex
+	m  map[string][]time.Time
+}
+
+func newClearMemory() *clearMemory { return &clearMemory{m: map[string][]time.Time{}} }
+
+func clearMemoryKey(uid types.UID, address string) string { return string(uid) + "/" + address }
+
+// get returns the clears of the Service's ingress of the address within clearMemoryFor of now.
+func (c *clearMemory) get(uid types.UID, address string, now time.Time) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return recentClears(c.m[clearMemoryKey(uid, address)], now)
+}
+
+func (c *clearMemory) note(uid types.UID, address string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, ts := range c.m {
+		if len(recentClears(ts, now)) == 0 {
+			delete(c.m, k)
+		}
+	}
+	k := clearMemoryKey(uid, address)
+	ts := append(recentClears(c.m[k], now), now)
+	if len(ts) > clearLimit {
+		ts = ts[len(ts)-clearLimit:]
+	}
+	c.m[k] = ts
+}
+
+func recentClears(ts []time.Time, now time.Time) []time.Time {
+	return slices.DeleteFunc(slices.Clone(ts), func(t time.Time) bool { return now.Sub(t) >= clearMemoryFor })
 }

@@ -128,7 +128,7 @@ func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
 	stale.Annotations = map[string]string{AnnotationReleasing: old}
 	// MetalLB assigns a new IP meanwhile.
 	setIngress(fresh)
-	err := testDriver.unpin(ctx, stale)
+	err := testDriver.unpin(ctx, stale, false)
 	t.Logf("unpin on the stale view: %v", err)
 	var s corev1.Service
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {

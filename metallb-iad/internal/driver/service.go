@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -132,9 +133,15 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		}
 	}
 	claim, why, err := d.linkedClaim(ctx, svc)
-	if err != nil || claim == nil {
-		v.why = why
+	if err != nil {
 		return v, err
+	}
+	if v.park, err = d.parkingWanted(ctx, svc, claim != nil); err != nil {
+		return v, err
+	}
+	if claim == nil {
+		v.why = why
+		return v, nil
 	}
 	v.claim = claim
 	// This driver's own recent writes the cache may not show yet.
@@ -193,13 +200,32 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 	return v, nil
 }
 
+// parkingWanted reads the classes parkingWanted needs, only when they can matter.
+func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked bool) (bool, error) {
+	if !parkable(svc) || linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
+		return parkingWanted(svc, linked, nil), nil
+	}
+	var classes ipamv1.IPAddressClassList
+	if err := d.client.List(ctx, &classes); err != nil {
+		return false, err
+	}
+	return parkingWanted(svc, linked, classes.Items), nil
+}
+
 func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p attachPlan) error {
 	for _, r := range p.clear {
 		d.announce.Clear(svc, r)
 	}
 	if p.detach {
-		if err := d.detach(ctx, svc); err != nil {
+		if err := d.detach(ctx, svc, p.park); err != nil {
 			return err
+		}
+		// Parked or unparked here unless the unpin did it (or the admission policy, on the
+		// unpin's write).
+		if p.park != autoclaim.Parked(svc) && (p.park || p.unpark) {
+			if err := d.setParked(ctx, svc, p.park); err != nil {
+				return err
+			}
 		}
 	}
 	// 1. Record the attachment; the optimistic lock lets exactly one Service win.
@@ -230,6 +256,9 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.pin
 		svc.Annotations[AnnotationPinned] = "true"
 		delete(svc.Annotations, AnnotationReleasing)
+		if autoclaim.Parked(svc) {
+			delete(svc.Annotations, autoclaim.ParkingAnnotation)
+		}
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return err
 		}
@@ -247,8 +276,8 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 
 // detach ends a Service's attachment: its pin goes, MetalLB is made to let go of the address,
 // and the addresses are held by placeholders again (by the address reconciler).
-func (d *Driver) detach(ctx context.Context, svc *corev1.Service) error {
-	if err := d.unpin(ctx, svc); err != nil {
+func (d *Driver) detach(ctx context.Context, svc *corev1.Service, park bool) error {
+	if err := d.unpin(ctx, svc, park); err != nil {
 		return err
 	}
 	var attached ipamv1.IPAddressList
@@ -291,7 +320,7 @@ func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error
 // the same write that removes the pin, so a crash between the steps is finished on restart and
 // never clears an address MetalLB assigned afterwards; while recorded, the IPs are not a
 // Conflict.
-func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
+func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) error {
 	if _, ok := d.expect.Pending(pinKey(string(svc.UID)), d.now()); ok {
 		// This driver pinned the Service a moment ago and the cache may not show it: decide
 		// from the apiserver's Service, or the pin would stay.
@@ -309,6 +338,10 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 		delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
 		delete(svc.Annotations, AnnotationPinned)
 		svc.Annotations[AnnotationReleasing] = releasing
+		if park {
+			// Parked in the same write: never served from an auto-assigning pool meanwhile.
+			svc.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+		}
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return client.IgnoreNotFound(err)
 		}
@@ -334,4 +367,18 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service) error {
 	d.announce.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
 		"unpinned %s; the claim keeps the address", strings.ReplaceAll(releasing, ",", ", "))
 	return nil
+}
+
+// setParked adds or removes the parking annotation (parking.go).
+func (d *Driver) setParked(ctx context.Context, svc *corev1.Service, park bool) error {
+	patch := client.MergeFrom(svc.DeepCopy())
+	if park {
+		if svc.Annotations == nil {
+			svc.Annotations = map[string]string{}
+		}
+		svc.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+	} else {
+		delete(svc.Annotations, autoclaim.ParkingAnnotation)
+	}
+	return client.IgnoreNotFound(d.client.Patch(ctx, svc, patch))
 }

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+)
+
+// The parking policy against the real MetalLB controller: with an autoAssign: true pool in
+// place, a tenant's Service that names a claim (here one that does not exist, so the driver never
+// pins it) is parked by the apiserver on create and MetalLB gives it no address, saying so;
+// the same tenant's Service that opts out of everything gets an address of that pool, which
+// shows the pool does hand addresses out.
+func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
+	f := features.New("parking keeps an auto-assigning pool's addresses off a Service naming a claim").
+		Assess("parked: nothing; not parked: an address", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			admin := ipamClient(t)
+			ns := tenantNamespace(ctx, t, admin, "tenant-parking")
+			t.Cleanup(func() {
+				_ = admin.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			})
+			bind(ctx, t, admin, ns, "edit", rbacv1.Subject{Kind: "User", Name: "alice", APIGroup: rbacv1.GroupName})
+			alice, _ := as(t, "alice")
+			eventually(ctx, t, 30*time.Second, "the edit role to be aggregated", func(ctx context.Context) (bool, error) {
+				var l corev1.ServiceList
+				return true, alice.List(ctx, &l, client.InNamespace(ns))
+			})
+			newPool(ctx, t, admin, "e2e-parking-auto", nil, "198.51.100.240/30")
+
+			parked := lbService(ns, "parked", map[string]string{claimAnnotation: "not-there"}, false)
+			// The chart's policies reach the apiserver's admission through its informers.
+			eventually(ctx, t, 30*time.Second, "the parking policy to take effect", func(ctx context.Context) (bool, error) {
+				probe := parked.DeepCopy()
+				err := alice.Create(ctx, probe, client.DryRunAll)
+				return err == nil && probe.Annotations[autoclaim.ParkingAnnotation] == autoclaim.ParkingPool, err
+			})
+			if err := alice.Create(ctx, parked); err != nil {
+				t.Fatalf("a tenant could not create a Service naming a claim: %v", err)
+			}
+			if got := parked.Annotations[autoclaim.ParkingAnnotation]; got != autoclaim.ParkingPool {
+				t.Fatalf("the Service was not parked on create: %s=%q", autoclaim.ParkingAnnotation, got)
+			}
+			free := lbService(ns, "free", map[string]string{ipamv1.AnnotationAutoClaim: "false"}, false)
+			if err := alice.Create(ctx, free); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := free.Annotations[autoclaim.ParkingAnnotation]; ok {
+				t.Fatalf("a Service that opted out of auto-claim was parked: %v", free.Annotations)
+			}
+			eventually(ctx, t, 60*time.Second, "MetalLB to serve the Service that is not parked from the autoAssign pool", func(ctx context.Context) (bool, error) {
+				var s corev1.Service
+				if err := admin.Get(ctx, client.ObjectKeyFromObject(free), &s); err != nil {
+					return false, err
+				}
+				return len(s.Status.LoadBalancer.Ingress) > 0, nil
+			})
+			// MetalLB has looked at the parked Service and refused it (an unknown pool)...
+			waitServiceEvent(ctx, t, admin, ns, "parked", "AllocationFailed")
+			// ...and it stays without an address.
+			consistently(ctx, t, 5*time.Second, "the parked Service to show no address", func(ctx context.Context) (bool, error) {
+				var s corev1.Service
+				if err := admin.Get(ctx, client.ObjectKeyFromObject(parked), &s); err != nil {
+					return false, err
+				}
+				return len(s.Status.LoadBalancer.Ingress) == 0 && s.Annotations[autoclaim.ParkingAnnotation] == autoclaim.ParkingPool, nil
+			})
+			for _, s := range []client.Object{parked, free} {
+				_ = admin.Delete(ctx, s)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}

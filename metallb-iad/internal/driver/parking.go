@@ -1,0 +1,67 @@
+package driver
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+)
+
+// Parking (DESIGN §5, never a foreign address): the chart's admission policies give a Service
+// that names a claim, or will use an auto-claim of this driver's class, MetalLB's pool
+// annotation with autoclaim.ParkingPool, so that MetalLB assigns it nothing until the driver
+// pins its claim's addresses (the pin patch removes the parking annotation). The driver keeps
+// the same rule where the policies cannot: it parks a Service in the write that unpins it (the
+// policy cannot tell an auto-claimed Service that still shows the address being released from
+// one that had an address before auto-claim), and takes the parking annotation off a Service
+// that no longer qualifies (it stopped naming a claim, opted out of auto-claim, or its class is
+// not this driver's), which the policies never do. parkingWanted mirrors the policies'
+// conditions, so the two never undo each other.
+
+// parkable: a Service MetalLB would serve that requests no address of its own (no
+// loadBalancerClass, no MetalLB annotation or spec.loadBalancerIP but the driver's pin and the
+// parking pool), and none of the driver's own.
+func parkable(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
+		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == "") &&
+		svc.Labels[LabelRole] == "" && len(ForeignPins(svc)) == 0
+}
+
+// parkingWanted says whether a Service should be parked while it has no pin of this driver:
+// it is parkable and it links to a claim (names one, or has its auto-claim), or auto-claim
+// will serve it with a class of this driver (autoClaimParks).
+func parkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressClass) bool {
+	if !parkable(svc) {
+		return false
+	}
+	if linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
+		return true
+	}
+	return autoClaimParks(svc, classes)
+}
+
+// autoClaimParks mirrors the chart's metallb-iad-park-auto-claimed policy: auto-claim may
+// serve the Service (autoclaim.SkipAsked) with a class of this driver — the one its
+// ip-address-class annotation names, else one marked as the auto-claim class — and the Service
+// shows no address, or only the one this driver is taking back (its pin or releasing record):
+// one that had its address before auto-claim was enabled keeps it.
+func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass) bool {
+	if autoclaim.SkipAsked(svc) != "" {
+		return false
+	}
+	_, releasing := svc.Annotations[AnnotationReleasing]
+	if len(svc.Status.LoadBalancer.Ingress) > 0 && svc.Annotations[AnnotationPinned] != "true" && !releasing {
+		return false
+	}
+	named := svc.Annotations[ipamv1.AnnotationServiceClass]
+	for i := range classes {
+		c := &classes[i]
+		if c.Spec.Provisioner != Provisioner {
+			continue
+		}
+		if named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,118 @@
+package driver
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// Issue 10, defect 10: a Service the chart's admission policy parked (MetalLB's pool annotation
+// with autoclaim.ParkingPool) is attached like any other; the pin replaces the parking annotation
+// in one patch (MetalLB refuses a pin with another pool), and a Service parked again while
+// attached gets its parking annotation removed. The parking annotation is never a ForeignPin.
+func TestParkedServiceIsAttached(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "parked", "203.0.113.224/28")
+	startFakeMetalLB(t, "parked", netip.MustParsePrefix("203.0.113.224/28"))
+	ns := newNamespace(t, "parked")
+	const ip = "203.0.113.225"
+	boundClaimWithAddress(t, ns, "c", "parked", ip)
+	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c", autoclaim.ParkingAnnotation: autoclaim.ParkingPool})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	pinnedUnparked := func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		_, parked := s.Annotations[autoclaim.ParkingAnnotation]
+		return !parked && s.Annotations[AnnotationPinned] == "true" && s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip, nil
+	}
+	eventually(t, "the parked Service to be pinned and unparked", pinnedUnparked)
+	waitServiceIngress(t, ns, "web", ip)
+
+	// Parked again while attached (the parking value is no protected annotation): MetalLB would
+	// refuse the pin with that pool, so the driver takes the parking annotation off again.
+	eventually(t, "the Service to be parked again", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		s.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
+		return admin.Update(ctx, &s) == nil, nil
+	})
+	eventually(t, "the parking annotation to be removed from the attached Service", pinnedUnparked)
+
+	var s corev1.Service
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	if evs := driverEvents(t, ns, string(s.UID), ReasonForeignPin); len(evs) > 0 {
+		t.Fatalf("the parking annotation was taken for a foreign pin: %s", evs[0].Note)
+	}
+}
+
+// Issue 10 review (M2, M3): the driver parks a Service in the same write that unpins it while
+// it still names a claim (so MetalLB never serves it from an auto-assigning pool meanwhile, and
+// an auto-claimed Service, which the admission policy cannot tell from an old one, is covered
+// too); and it takes the parking annotation off a Service that no longer qualifies (here: it
+// stops naming a claim and opts out of auto-claim), which the policies never do.
+func TestDriverParksOnUnpinAndUnparks(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "unpark", "203.0.113.240/28")
+	startFakeMetalLB(t, "unpark", netip.MustParsePrefix("203.0.113.240/28"))
+	ns := newNamespace(t, "unpark")
+	const ip = "203.0.113.241"
+	boundClaimWithAddress(t, ns, "c", "unpark", ip)
+	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceIngress(t, ns, "web", ip)
+	annotate := func(what string, change func(map[string]string)) {
+		t.Helper()
+		eventually(t, what, func() (bool, error) {
+			var s corev1.Service
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			change(s.Annotations)
+			return admin.Update(ctx, &s) == nil, nil
+		})
+	}
+	state := func(want string) func() (bool, error) {
+		return func() (bool, error) {
+			var s corev1.Service
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			_, pin := s.Annotations[metallb.AnnotationLoadBalancerIPs]
+			switch want {
+			case "parked":
+				return autoclaim.Parked(&s) && !pin && len(s.Status.LoadBalancer.Ingress) == 0, nil
+			default:
+				_, parked := s.Annotations[autoclaim.ParkingAnnotation]
+				return !parked && !pin, nil
+			}
+		}
+	}
+	// Re-linked to a claim that does not exist: unpinned, parked, the address released.
+	annotate("the re-link", func(a map[string]string) { a[ipamv1.AnnotationServiceClaim] = "missing" })
+	eventually(t, "the Service to be unpinned and parked", state("parked"))
+	// No claim any more, and opted out of auto-claim: nothing parks it, so the driver unparks.
+	annotate("the opt-out", func(a map[string]string) {
+		delete(a, ipamv1.AnnotationServiceClaim)
+		a[ipamv1.AnnotationAutoClaim] = "false"
+	})
+	eventually(t, "the Service to be unparked", state("unparked"))
+}

@@ -1,0 +1,209 @@
+package charts
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var parkingPolicies = []string{"metallb-iad-park-claimed", "metallb-iad-park-auto-claimed"}
+
+// The core's names (address-controller/pkg/autoclaim, address-controller/api/v1alpha1): this
+// module does not depend on the core's, so TestParkingValueIsTheCores reads them from its source.
+const (
+	parkingPool       = "metallb-iad/parked"
+	parkingAnnotation = "metallb.io/address-pool"
+	annServiceClaim   = "local.sdn.cozystack.io/ip-address-claim"
+	annServiceClass   = "local.sdn.cozystack.io/ip-address-class"
+	annAutoClaim      = "local.sdn.cozystack.io/auto-claim"
+	annAutoClaimClass = "ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class"
+)
+
+var metallbAnnotations = []string{
+	"metallb.io/address-pool", "metallb.io/loadBalancerIPs", "metallb.io/allow-shared-ip",
+	"metallb.universe.tf/address-pool", "metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/allow-shared-ip",
+}
+
+// stringConst reads the string constant name from a Go source file.
+func stringConst(t *testing.T, path, name string) string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				for i, n := range v.Names {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && n.Name == name && lit.Kind == token.STRING {
+						s, err := strconv.Unquote(lit.Value)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return s
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no string constant %s in %s", name, path)
+	return ""
+}
+
+// The parked value the chart hard-codes (and these tests check it with) is the core's
+// autoclaim.ParkingPool under autoclaim.ParkingAnnotation.
+func TestParkingValueIsTheCores(t *testing.T) {
+	path := filepath.Join(root, "address-controller", "pkg", "autoclaim", "autoclaim.go")
+	if got := stringConst(t, path, "ParkingPool"); got != parkingPool {
+		t.Errorf("autoclaim.ParkingPool is %q, the chart's tests expect %q", got, parkingPool)
+	}
+	if got := stringConst(t, path, "ParkingAnnotation"); got != parkingAnnotation {
+		t.Errorf("autoclaim.ParkingAnnotation is %q, the chart's tests expect %q", got, parkingAnnotation)
+	}
+	wk := filepath.Join(root, "address-controller", "api", "v1alpha1", "wellknown.go")
+	for name, want := range map[string]string{"AnnotationServiceClaim": annServiceClaim, "AnnotationServiceClass": annServiceClass,
+		"AnnotationAutoClaim": annAutoClaim, "AnnotationAutoClaimClass": annAutoClaimClass} {
+		if got := stringConst(t, wk, name); got != want {
+			t.Errorf("%s is %q, the chart's tests expect %q", name, got, want)
+		}
+	}
+}
+
+// renderDriverFor renders the driver chart for an apiserver serving kinds (see RenderFor).
+func renderDriverFor(t *testing.T, values map[string]any, kinds []string) map[string]map[string]any {
+	t.Helper()
+	c, err := Load(Dir(root, "metallb-iad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := RenderFor(c, "metallb-iad", "cozy-metallb-iad", values, kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeIndex(t, manifest)
+}
+
+// The parking policies as PARKING.md agrees them: both MutatingAdmissionPolicies with their
+// bindings, failurePolicy Ignore, CREATE and UPDATE of services (not their status), the parked
+// value exactly parkingPool under parkingAnnotation (which the service-pins
+// policy exempts), the auto-claim one with IPAddressClass params over all classes, and the
+// bindings selecting the tenant namespaces like the service-pins binding.
+func TestParkingPoliciesRendering(t *testing.T) {
+	objs := render(t, "metallb-iad", nil)
+	parked := "'" + parkingAnnotation + "': '" + parkingPool + "'"
+	for _, name := range parkingPolicies {
+		p, b := objs["MutatingAdmissionPolicy/"+name], objs["MutatingAdmissionPolicyBinding/"+name]
+		if p == nil || b == nil {
+			t.Fatalf("%s: policy or binding missing: %v", name, keys(objs))
+		}
+		if dig(p, "apiVersion") != "admissionregistration.k8s.io/v1" || dig(b, "apiVersion") != "admissionregistration.k8s.io/v1" {
+			t.Errorf("%s: not admissionregistration.k8s.io/v1", name)
+		}
+		if dig(p, "spec", "failurePolicy") != "Ignore" {
+			t.Errorf("%s: failurePolicy %v, want Ignore (a broken parking policy must not block Service writes)", name, dig(p, "spec", "failurePolicy"))
+		}
+		if dig(p, "spec", "reinvocationPolicy") != "Never" {
+			t.Errorf("%s: reinvocationPolicy %v", name, dig(p, "spec", "reinvocationPolicy"))
+		}
+		rules, _ := dig(p, "spec", "matchConstraints", "resourceRules").([]any)
+		if len(rules) != 1 || strings.Join(toStrings(dig(p, "spec", "matchConstraints", "resourceRules", 0, "resources")), ",") != "services" ||
+			strings.Join(toStrings(dig(p, "spec", "matchConstraints", "resourceRules", 0, "operations")), ",") != "CREATE,UPDATE" ||
+			strings.Join(toStrings(dig(p, "spec", "matchConstraints", "resourceRules", 0, "apiGroups")), ",") != "" {
+			t.Errorf("%s: resourceRules %v, want CREATE and UPDATE of core services only", name, rules)
+		}
+		muts, _ := dig(p, "spec", "mutations").([]any)
+		if len(muts) != 1 || dig(p, "spec", "mutations", 0, "patchType") != "ApplyConfiguration" {
+			t.Fatalf("%s: mutations %v, want one ApplyConfiguration", name, muts)
+		}
+		if expr, _ := dig(p, "spec", "mutations", 0, "applyConfiguration", "expression").(string); !strings.Contains(expr, parked) {
+			t.Errorf("%s: the mutation %q does not set %s", name, expr, parked)
+		}
+		if dig(b, "spec", "policyName") != name {
+			t.Errorf("%s: binding names policy %v", name, dig(b, "spec", "policyName"))
+		}
+		sel := dig(b, "spec", "matchResources", "namespaceSelector", "matchExpressions").([]any)
+		if len(sel) != 1 || dig(b, "spec", "matchResources", "namespaceSelector", "matchExpressions", 0, "key") != "namespace.cozystack.io/host" ||
+			dig(b, "spec", "matchResources", "namespaceSelector", "matchExpressions", 0, "operator") != "Exists" {
+			t.Errorf("%s: binding selects %v, want the tenant label", name, sel)
+		}
+	}
+	auto := "MutatingAdmissionPolicy/metallb-iad-park-auto-claimed"
+	if dig(objs[auto], "spec", "paramKind", "apiVersion") != "local.sdn.cozystack.io/v1alpha1" || dig(objs[auto], "spec", "paramKind", "kind") != "IPAddressClass" {
+		t.Errorf("auto-claim policy paramKind %v", dig(objs[auto], "spec", "paramKind"))
+	}
+	if dig(objs["MutatingAdmissionPolicy/metallb-iad-park-claimed"], "spec", "paramKind") != nil {
+		t.Error("the claimed policy has params")
+	}
+	ref, _ := dig(objs["MutatingAdmissionPolicyBinding/metallb-iad-park-auto-claimed"], "spec", "paramRef").(map[string]any)
+	if sel, ok := ref["selector"].(map[string]any); !ok || len(sel) != 0 || ref["parameterNotFoundAction"] != "Allow" || ref["name"] != nil {
+		t.Errorf("auto-claim binding paramRef %v, want every class (selector {}) and Allow when there is none", ref)
+	}
+	// The service-pins policy exempts exactly that value.
+	var exempt bool
+	for _, v := range dig(objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"], "spec", "variables").([]any) {
+		e := v.(map[string]any)["expression"].(string)
+		exempt = exempt || strings.Contains(e, "'"+parkingAnnotation+"'") && strings.Contains(e, "'"+parkingPool+"'")
+	}
+	if !exempt {
+		t.Error("the service-pins policy does not mention the parked value")
+	}
+
+	// The namespace label follows the value, as for the service-pins binding.
+	objs = render(t, "metallb-iad", map[string]any{"admissionPolicy": map[string]any{"namespaceLabel": "example.com/tenant"}})
+	for _, name := range parkingPolicies {
+		if got := dig(objs["MutatingAdmissionPolicyBinding/"+name], "spec", "matchResources", "namespaceSelector", "matchExpressions", 0, "key"); got != "example.com/tenant" {
+			t.Errorf("%s: binding selects %v with namespaceLabel example.com/tenant", name, got)
+		}
+	}
+}
+
+// The parking policies are rendered only when the cluster serves the v1 MutatingAdmissionPolicy
+// kind (as Helm sees it through discovery), admissionPolicy.parking and admissionPolicy.enabled
+// are on; the service-pins policy does not depend on the kind.
+func TestParkingPoliciesGating(t *testing.T) {
+	has := func(objs map[string]map[string]any) (maps, bindings int) {
+		for _, name := range parkingPolicies {
+			if objs["MutatingAdmissionPolicy/"+name] != nil {
+				maps++
+			}
+			if objs["MutatingAdmissionPolicyBinding/"+name] != nil {
+				bindings++
+			}
+		}
+		return maps, bindings
+	}
+	if !slices.Contains(ServedKinds, "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") {
+		t.Fatal("offline renders do not see the v1 MutatingAdmissionPolicy kind the project's apiserver serves")
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		kinds  []string
+		want   int
+		vap    bool
+	}{
+		{"served, defaults", nil, ServedKinds, 2, true},
+		{"not served (before 1.36)", nil, nil, 0, true},
+		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true},
+		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true},
+		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true},
+		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false},
+		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := renderDriverFor(t, tc.values, tc.kinds)
+			if m, b := has(objs); m != tc.want || b != tc.want {
+				t.Errorf("%d policies and %d bindings, want %d of each", m, b, tc.want)
+			}
+			if (objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil) != tc.vap {
+				t.Errorf("service-pins policy rendered: %v, want %v", objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil, tc.vap)
+			}
+		})
+	}
+}

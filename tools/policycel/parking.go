@@ -1,0 +1,220 @@
+package policycel
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/cel-go/common/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/charts"
+)
+
+// The driver chart's parking MutatingAdmissionPolicies.
+const (
+	ParkClaimedPolicy     = "metallb-iad-park-claimed"
+	ParkAutoClaimedPolicy = "metallb-iad-park-auto-claimed"
+)
+
+// Parking is the driver chart's two parking policies, compiled with the apiserver's admission CEL
+// compiler (the matchConditions as conditions, the mutations as ApplyConfiguration expressions,
+// with the environment of new expressions at the default compatibility version).
+type Parking struct {
+	// Specs are the policies as the chart renders them: park-claimed, then park-auto-claimed.
+	Specs    []admissionregistrationv1.MutatingAdmissionPolicySpec
+	policies []mutatingPolicy
+}
+
+type mutatingPolicy struct {
+	name       string
+	params     bool
+	conditions []namedResult
+	mutations  []plugincel.CompilationResult
+}
+
+type namedResult struct {
+	name string
+	plugincel.CompilationResult
+}
+
+// LoadParking renders the driver chart from the checkout at root (as for an apiserver that serves
+// the v1 MutatingAdmissionPolicy kind) and compiles its parking policies.
+func LoadParking(root, namespace string, values map[string]any) (*Parking, error) {
+	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := charts.Render(ch, namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	found := map[string]admissionregistrationv1.MutatingAdmissionPolicy{}
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var p admissionregistrationv1.MutatingAdmissionPolicy
+		if err := yaml.Unmarshal([]byte(doc), &p); err == nil && p.Kind == "MutatingAdmissionPolicy" {
+			found[p.Name] = p
+		}
+	}
+	out := &Parking{}
+	for _, name := range []string{ParkClaimedPolicy, ParkAutoClaimedPolicy} {
+		p, ok := found[name]
+		if !ok {
+			return nil, fmt.Errorf("the metallb-iad chart renders no MutatingAdmissionPolicy %s", name)
+		}
+		c, err := compileMutating(name, p.Spec)
+		if err != nil {
+			return nil, err
+		}
+		out.Specs = append(out.Specs, p.Spec)
+		out.policies = append(out.policies, c)
+	}
+	return out, nil
+}
+
+func compileMutating(name string, spec admissionregistrationv1.MutatingAdmissionPolicySpec) (mutatingPolicy, error) {
+	if len(spec.Variables) > 0 {
+		return mutatingPolicy{}, fmt.Errorf("%s: variables are not modelled offline", name)
+	}
+	compiler := plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	opts := plugincel.OptionalVariableDeclarations{HasParams: spec.ParamKind != nil, HasAuthorizer: true}
+	p := mutatingPolicy{name: name, params: spec.ParamKind != nil}
+	for _, mc := range spec.MatchConditions {
+		r := compiler.CompileCELExpression(&matchconditions.MatchCondition{Name: mc.Name, Expression: mc.Expression}, opts, environment.NewExpressions)
+		if r.Error != nil {
+			return p, fmt.Errorf("%s: matchCondition %s: %w", name, mc.Name, r.Error)
+		}
+		p.conditions = append(p.conditions, namedResult{mc.Name, r})
+	}
+	mopts := opts
+	mopts.HasPatchTypes = true
+	for i, m := range spec.Mutations {
+		if m.PatchType != admissionregistrationv1.PatchTypeApplyConfiguration || m.ApplyConfiguration == nil {
+			return p, fmt.Errorf("%s: mutation %d is not an ApplyConfiguration", name, i)
+		}
+		r := compiler.CompileCELExpression(&patch.ApplyConfigurationCondition{Expression: m.ApplyConfiguration.Expression}, mopts, environment.NewExpressions)
+		if r.Error != nil {
+			return p, fmt.Errorf("%s: mutation %d: %w", name, i, r.Error)
+		}
+		p.mutations = append(p.mutations, r)
+	}
+	return p, nil
+}
+
+// ParkRequest is a Service write as the parking policies see it, and the IPAddressClasses the
+// auto-claim policy's binding selects as params (all of them).
+type ParkRequest struct {
+	// Object is the Service as written; OldObject the stored one (nil on CREATE).
+	Object, OldObject map[string]any
+	// Classes are IPAddressClass objects, as unstructured maps.
+	Classes []map[string]any
+}
+
+// ParkResult is what the policies did.
+type ParkResult struct {
+	// Object is the Service after the policies.
+	Object map[string]any
+	// Applied names the policies (and, for the auto-claim one, the class) that mutated it.
+	Applied []string
+}
+
+// Evaluate runs the policies in order, each over the object the previous ones produced, the
+// param-ful one once per class (as the apiserver does for a binding whose paramRef selects
+// several objects). A condition that fails to evaluate is returned as an error: with
+// failurePolicy Ignore the apiserver would skip the policy and silently lose the guarantee.
+func (p *Parking) Evaluate(req ParkRequest) (ParkResult, error) {
+	obj := req.Object
+	res := ParkResult{}
+	for _, pol := range p.policies {
+		params := []map[string]any{nil}
+		if pol.params {
+			params = req.Classes
+		}
+		for _, param := range params {
+			out, applied, err := pol.evaluate(obj, req.OldObject, param)
+			if err != nil {
+				return res, err
+			}
+			if applied {
+				name := pol.name
+				if param != nil {
+					name += "/" + fmt.Sprint(param["metadata"].(map[string]any)["name"])
+				}
+				res.Applied = append(res.Applied, name)
+				obj = out
+			}
+		}
+	}
+	res.Object = obj
+	return res, nil
+}
+
+func (pol mutatingPolicy) evaluate(obj, old, param map[string]any) (map[string]any, bool, error) {
+	op := "UPDATE"
+	var oldVal any = types.NullValue
+	if old == nil {
+		op = "CREATE"
+	} else {
+		oldVal = old
+	}
+	var paramVal any = types.NullValue
+	if param != nil {
+		paramVal = param
+	}
+	act := map[string]any{
+		"object": obj, "oldObject": oldVal, "params": paramVal,
+		"request": map[string]any{"operation": op, "namespace": "tenant-example", "name": "web",
+			"kind":     map[string]any{"group": "", "version": "v1", "kind": "Service"},
+			"resource": map[string]any{"group": "", "version": "v1", "resource": "services"}},
+	}
+	for _, c := range pol.conditions {
+		v, _, err := c.Program.Eval(act)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: matchCondition %s: %w", pol.name, c.name, err)
+		}
+		if ok, isBool := v.Value().(bool); !isBool {
+			return nil, false, fmt.Errorf("%s: matchCondition %s gave %v", pol.name, c.name, v)
+		} else if !ok {
+			return obj, false, nil
+		}
+	}
+	out := obj
+	for i, m := range pol.mutations {
+		v, _, err := m.Program.Eval(act)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: mutation %d: %w", pol.name, i, err)
+		}
+		ov, ok := v.(*dynamic.ObjectVal)
+		if !ok {
+			return nil, false, fmt.Errorf("%s: mutation %d gave %T", pol.name, i, v)
+		}
+		if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
+			return nil, false, fmt.Errorf("%s: mutation %d: %w", pol.name, i, err)
+		}
+		applyConfig, ok := ov.Value().(map[string]any)
+		if !ok {
+			return nil, false, fmt.Errorf("%s: mutation %d gave %T", pol.name, i, ov.Value())
+		}
+		// The apiserver merges an apply configuration with the Service's schema; the deduced
+		// schema merges maps the same way (annotations key by key), which is all these do.
+		current := (&unstructured.Unstructured{Object: out}).DeepCopy()
+		current.SetAPIVersion("v1")
+		current.SetKind("Service")
+		patchObj := &unstructured.Unstructured{Object: applyConfig}
+		patchObj.SetAPIVersion("v1")
+		patchObj.SetKind("Service")
+		merged, err := patch.ApplyStructuredMergeDiff(managedfields.NewDeducedTypeConverter(), current, patchObj)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: mutation %d: %w", pol.name, i, err)
+		}
+		out = merged.(*unstructured.Unstructured).Object
+	}
+	return out, true, nil
+}

@@ -1,0 +1,85 @@
+package policycel
+
+// Generated Service writes and IPAddressClasses for the parking policies' fuzz test: every choice
+// comes from one byte.
+
+// Provisioner is the metallb-iad driver's provisioner name, as its classes carry it.
+const Provisioner = "metallb.drivers.local.sdn.cozystack.io"
+
+var (
+	parkTypes        = []string{"LoadBalancer", "LoadBalancer", "ClusterIP", "NodePort", ""}
+	parkLBClasses    = []string{"", "", "example.com/lb"}
+	parkLBIPs        = []string{"", "", "203.0.113.9"}
+	parkClaimValues  = []*string{nil, nil, ptr(""), ptr("web-ip")}
+	parkAutoValues   = []*string{nil, nil, ptr("false"), ptr("FALSE"), ptr("False"), ptr("fal\u017fe"), ptr("true"), ptr(""), ptr("no")}
+	parkClassValues  = []*string{nil, nil, ptr(""), ptr("gold"), ptr("silver")}
+	parkMetalLBValue = []*string{nil, nil, nil, nil, nil, ptr("metallb-iad/parked"), ptr("pool-a"), ptr("203.0.113.10")}
+	parkIngress      = [][]any{nil, nil, {map[string]any{"ip": "203.0.113.11"}}, {}}
+	parkClassNames   = []string{"gold", "silver", "bronze"}
+	parkProvisioners = []string{Provisioner, Provisioner, "other.drivers.example.com"}
+	parkMarks        = []*string{nil, ptr("true"), ptr("false"), ptr("True")}
+)
+
+// GenParkRequest builds a Service write and the classes that exist from b (missing bytes read
+// as 0).
+func GenParkRequest(b []byte) ParkRequest {
+	i := 0
+	next := func() int {
+		v := 0
+		if i < len(b) {
+			v = int(b[i])
+		}
+		i++
+		return v
+	}
+	pick := func(n int) int { return next() % n }
+	create := pick(3) == 0
+	svc := func() map[string]any {
+		s := service()
+		spec := s["spec"].(map[string]any)
+		if t := parkTypes[pick(len(parkTypes))]; t != "" {
+			spec["type"] = t
+		}
+		setSpec(s, "loadBalancerClass", parkLBClasses[pick(len(parkLBClasses))])
+		setSpec(s, "loadBalancerIP", parkLBIPs[pick(len(parkLBIPs))])
+		setAnnotation(s, "local.sdn.cozystack.io/ip-address-claim", parkClaimValues[pick(len(parkClaimValues))])
+		setAnnotation(s, "local.sdn.cozystack.io/auto-claim", parkAutoValues[pick(len(parkAutoValues))])
+		setAnnotation(s, "local.sdn.cozystack.io/ip-address-class", parkClassValues[pick(len(parkClassValues))])
+		if pick(2) == 0 { // half the Services carry no MetalLB annotation at all
+			for _, k := range ProtectedAnnotations[:6] {
+				setAnnotation(s, k, parkMetalLBValue[pick(len(parkMetalLBValue))])
+			}
+		}
+		if pick(8) == 0 {
+			s["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		}
+		if ing := parkIngress[pick(len(parkIngress))]; ing != nil {
+			s["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": ing}}
+		}
+		return s
+	}
+	req := ParkRequest{Object: svc()}
+	if !create {
+		req.OldObject = svc()
+	}
+	for n := pick(4); n > 0; n-- {
+		name := parkClassNames[pick(len(parkClassNames))]
+		c := map[string]any{"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddressClass",
+			"metadata": map[string]any{"name": name},
+			"spec":     map[string]any{"provisioner": parkProvisioners[pick(len(parkProvisioners))]}}
+		if m := parkMarks[pick(len(parkMarks))]; m != nil {
+			c["metadata"].(map[string]any)["annotations"] = map[string]any{"ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class": *m}
+		}
+		if pick(6) == 0 {
+			c["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		}
+		dup := false
+		for _, o := range req.Classes {
+			dup = dup || o["metadata"].(map[string]any)["name"] == name
+		}
+		if !dup {
+			req.Classes = append(req.Classes, c)
+		}
+	}
+	return req
+}
