@@ -176,22 +176,22 @@ func TestDriverNeverShowsAForeignAddress(t *testing.T) {
 			delete(attached, "d-relink")
 			delete(attached, "e-deleted")
 			// d and e end with nothing, and keep it.
-			for _, name := range []string{"d-relink", "e-deleted"} {
-				if !serves(ctx, t, c, ns, name, nil) {
-					continue
-				}
-				if err := holds(ctx, 5*time.Second, func(ctx context.Context) (bool, error) {
+			ended := []string{"d-relink", "e-deleted"}
+			shown := map[string][]string{}
+			showNothing := func(ctx context.Context) (bool, error) {
+				for _, name := range ended {
 					var s corev1.Service
 					if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
 						return false, err
 					}
-					if ips := ingressOf(&s); len(ips) > 0 {
-						return false, fmt.Errorf("it shows %v", ips)
-					}
-					return true, nil
-				}); err != nil {
-					t.Errorf("%s: after it lost its claim's addresses: %v", name, err)
+					shown[name] = ingressOf(&s)
 				}
+				return len(shown["d-relink"])+len(shown["e-deleted"]) == 0, nil
+			}
+			if err := await(ctx, 60*time.Second, showNothing); err != nil {
+				t.Errorf("d and e: want both to end with nothing; they show %v (%v)", shown, err)
+			} else if err := holds(ctx, 5*time.Second, showNothing); err != nil || len(shown["d-relink"])+len(shown["e-deleted"]) > 0 {
+				t.Errorf("d and e: after they lost their claims' addresses, they show %v (%v)", shown, err)
 			}
 			waitHeld(ctx, t, c, claims["relink-from"].Status.Addresses[0].Name, claimIPs(claims["relink-from"])[0])
 
