@@ -14,11 +14,13 @@ const (
 )
 
 // ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
-// sharing annotations under both prefixes, and the driver's pinned marker.
+// sharing annotations under both prefixes, and the driver's pinned marker; and the driver's
+// releasing record (with which the driver finishes an unpin: a tenant could otherwise make it
+// take back an address it does not hold, or hide a Conflict).
 var ProtectedAnnotations = []string{
 	"metallb.io/loadBalancerIPs", "metallb.io/address-pool", "metallb.io/allow-shared-ip",
 	"metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/address-pool", "metallb.universe.tf/allow-shared-ip",
-	"metallb.drivers.local.sdn.cozystack.io/pinned",
+	"metallb.drivers.local.sdn.cozystack.io/pinned", "metallb.drivers.local.sdn.cozystack.io/releasing",
 }
 
 // DefaultAllowedGroups are the chart's default exempt groups.

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 )
 
@@ -31,6 +32,8 @@ const (
 	indexIngressIP = "metallb-iad.ingressIP"
 	// indexExternalIP keys a Service by each IP of its spec.externalIPs.
 	indexExternalIP = "metallb-iad.externalIP"
+	// indexParked keys a parked Service (autoclaim.ParkingPool) by "true".
+	indexParked = "metallb-iad.parked"
 )
 
 func setupIndexes(ctx context.Context, mgr manager.Manager) error {
@@ -94,6 +97,12 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 		}},
 		{&corev1.Service{}, indexExternalIP, func(o client.Object) []string {
 			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+		}},
+		{&corev1.Service{}, indexParked, func(o client.Object) []string {
+			if autoclaim.Parked(o.(*corev1.Service)) {
+				return []string{"true"}
+			}
+			return nil
 		}},
 	} {
 		if err := idx.IndexField(ctx, f.obj, f.field, f.fn); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
 // Parking (DESIGN §5, never a foreign address): the chart's admission policies give a Service
@@ -46,7 +47,15 @@ func parkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressC
 // shows no address, or only the one this driver is taking back (its pin or releasing record):
 // one that had its address before auto-claim was enabled keeps it.
 func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass) bool {
-	if autoclaim.SkipAsked(svc) != "" {
+	// Judged as the Service stands once this driver's pin is off (the unpin of an auto-claimed
+	// Service is when parking matters most).
+	asked := svc
+	if svc.Annotations[AnnotationPinned] == "true" {
+		asked = svc.DeepCopy()
+		delete(asked.Annotations, metallb.AnnotationLoadBalancerIPs)
+		delete(asked.Annotations, AnnotationPinned)
+	}
+	if autoclaim.SkipAsked(asked) != "" {
 		return false
 	}
 	_, releasing := svc.Annotations[AnnotationReleasing]
@@ -59,9 +68,19 @@ func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass) bool {
 		if c.Spec.Provisioner != Provisioner {
 			continue
 		}
-		if named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+		// A class the Service names serves it even while being deleted (the core claims from
+		// it); a marked class being deleted is no longer picked for auto-claim.
+		if named != "" && c.Name == named || named == "" && c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
 			return true
 		}
 	}
 	return false
+}
+
+// parkingUntouched: a Service the driver neither parks nor unparks — one being deleted (its
+// parked state no longer matters, and the policy might put back what the driver took off) and
+// one that carries the driver's role label outside its namespace (not the driver's, and not to
+// be fought over with the policy).
+func parkingUntouched(svc *corev1.Service) bool {
+	return svc.DeletionTimestamp != nil || svc.Labels[LabelRole] != ""
 }

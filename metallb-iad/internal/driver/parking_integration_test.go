@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -106,13 +107,85 @@ func TestDriverParksOnUnpinAndUnparks(t *testing.T) {
 			}
 		}
 	}
+	// Every version of the Service from here: none may be unpinned and unparked while it names a
+	// claim (the parking comes in the unpin's own write).
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w, err := watcher.Watch(wctx, &corev1.ServiceList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := make(chan string, 16)
+	go func() {
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*corev1.Service)
+			if !ok || s.Name != "web" || s.Annotations[ipamv1.AnnotationServiceClaim] == "" {
+				continue
+			}
+			if _, pin := s.Annotations[metallb.AnnotationLoadBalancerIPs]; !pin && !autoclaim.Parked(s) {
+				select {
+				case bare <- s.ResourceVersion:
+				default:
+				}
+			}
+		}
+	}()
 	// Re-linked to a claim that does not exist: unpinned, parked, the address released.
 	annotate("the re-link", func(a map[string]string) { a[ipamv1.AnnotationServiceClaim] = "missing" })
 	eventually(t, "the Service to be unpinned and parked", state("parked"))
+	select {
+	case rv := <-bare:
+		t.Fatalf("version %s names a claim and is neither pinned nor parked: the parking did not come with the unpin", rv)
+	default:
+	}
 	// No claim any more, and opted out of auto-claim: nothing parks it, so the driver unparks.
 	annotate("the opt-out", func(a map[string]string) {
 		delete(a, ipamv1.AnnotationServiceClaim)
 		a[ipamv1.AnnotationAutoClaim] = "false"
 	})
 	eventually(t, "the Service to be unparked", state("unparked"))
+}
+
+// Issue 10 review (H1): a Service parked for an auto-claim class of this driver, for which no
+// claim came (here no core runs), is unparked once no such class is marked any more: class
+// events look at the parked Services again, so it does not wait for an event of its own.
+func TestParkedServiceFollowsTheAutoClaimClass(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "markpark", "203.0.113.248/29")
+	ns := newNamespace(t, "markpark")
+	mark := func(on bool) {
+		t.Helper()
+		eventually(t, "the class mark to change", func() (bool, error) {
+			var c ipamv1.IPAddressClass
+			if err := admin.Get(ctx, client.ObjectKey{Name: "markpark"}, &c); err != nil {
+				return false, err
+			}
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			if on {
+				c.Annotations[ipamv1.AnnotationAutoClaimClass] = "true"
+			} else {
+				delete(c.Annotations, ipamv1.AnnotationAutoClaimClass)
+			}
+			return admin.Update(ctx, &c) == nil, nil
+		})
+	}
+	mark(true)
+	t.Cleanup(func() { mark(false) })
+	svc := tenantService(ns, "plain", map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	parked := func(want bool) func() (bool, error) {
+		return func() (bool, error) {
+			var s corev1.Service
+			err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s)
+			return autoclaim.Parked(&s) == want, err
+		}
+	}
+	consistently(t, 2*time.Second, "the Service to stay parked while auto-claim may serve it", parked(true))
+	mark(false)
+	eventually(t, "the Service to be unparked once no class of this driver is marked", parked(false))
 }

@@ -27,6 +27,11 @@ func TestParkingWanted(t *testing.T) {
 		}
 		return s
 	}
+	deleting := func(c ipamv1.IPAddressClass) ipamv1.IPAddressClass {
+		now := metav1.NewTime(t0)
+		c.DeletionTimestamp = &now
+		return c
+	}
 	withAddress := func(s *corev1.Service) {
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.7"}}
 	}
@@ -50,6 +55,9 @@ func TestParkingWanted(t *testing.T) {
 		{"opted out but naming a claim", lb(map[string]string{ipamv1.AnnotationAutoClaim: "false", ipamv1.AnnotationServiceClaim: "c"}), false, nil, true},
 		{"had an address before auto-claim", lb(nil, withAddress), false, []ipamv1.IPAddressClass{oursAuto}, false},
 		{"shows the address this driver is releasing", lb(map[string]string{AnnotationReleasing: "198.51.100.7"}, withAddress), false, []ipamv1.IPAddressClass{oursAuto}, true},
+		{"auto-claimed and pinned by this driver, its claim just deleted (the unpin parks it)", pinned(lb(map[string]string{ipamv1.AnnotationServiceClass: "ours"}, withAddress), "198.51.100.7"), false, []ipamv1.IPAddressClass{ours}, true},
+		{"no class named, the only marked class of this driver is being deleted", lb(nil), false, []ipamv1.IPAddressClass{deleting(oursAuto)}, false},
+		{"names its class, being deleted: the core still claims from it", lb(map[string]string{ipamv1.AnnotationServiceClass: "ours"}), false, []ipamv1.IPAddressClass{deleting(ours)}, true},
 		{"pinned by this driver", pinned(lb(map[string]string{ipamv1.AnnotationServiceClaim: "c"}, withAddress), "198.51.100.7"), true, nil, true},
 		{"an admin's pin", lb(map[string]string{ipamv1.AnnotationServiceClaim: "c", metallb.AnnotationLoadBalancerIPs: "198.51.100.7"}), true, nil, false},
 		{"another pool", lb(map[string]string{ipamv1.AnnotationServiceClaim: "c", autoclaim.ParkingAnnotation: "p"}), true, nil, false},
@@ -101,10 +109,24 @@ func TestPlanAttachParks(t *testing.T) {
 			return v
 		}(), false, false},
 		{"a plain Service: nothing", attachView{svc: svc("t", "web", "web-uid"), now: t0}, false, false},
+		{"parked and being deleted: left as it is (the policy might park it again)", func() attachView {
+			s := parked(svc("t", "web", "web-uid"))
+			now := metav1.NewTime(t0)
+			s.DeletionTimestamp = &now
+			return attachView{svc: s, now: t0}
+		}(), false, false},
+		{"parked, carrying the driver's role label in a tenant's namespace: left as it is", func() attachView {
+			s := parked(svc("t", "web", "web-uid"))
+			s.Labels[LabelRole] = RoleHold
+			return attachView{svc: s, now: t0}
+		}(), false, false},
 	} {
 		p := planAttach(tc.view)
 		if p.park != tc.park || p.unpark != tc.unpark {
 			t.Errorf("%s: park %v unpark %v, want %v %v (%+v)", tc.name, p.park, p.unpark, tc.park, tc.unpark, p)
+		}
+		if (tc.park || tc.unpark) && (p.parked == nil || *p.parked != tc.park) {
+			t.Errorf("%s: the wanted state %v does not say %v", tc.name, p.parked, tc.park)
 		}
 	}
 }

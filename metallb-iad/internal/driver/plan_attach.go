@@ -68,7 +68,9 @@ type attachPlan struct {
 	// park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
 	// when there is one, else in a patch of their own.
 	park, unpark bool
-	events       []event
+	// parked is the parked state wanted once the pass is done (nil: leave it as it is).
+	parked *bool
+	events []event
 	// clear are the lasting-condition reasons no longer true of the Service.
 	clear   []string
 	requeue time.Duration
@@ -79,10 +81,13 @@ type attachPlan struct {
 // attached) is parked or unparked as parkingWanted says.
 func planAttach(v attachView) attachPlan {
 	p := planAttachment(v)
-	if p.detach && p.pin == "" {
+	if p.detach && p.pin == "" && !parkingUntouched(v.svc) {
+		// Decided against the Service as the pass read it; applied against the Service as
+		// written (the unpin may read a fresher one): p.parked is the state wanted.
 		parked := autoclaim.Parked(v.svc)
 		p.park = v.park && !parked
 		p.unpark = !v.park && parked
+		p.parked = &v.park
 	}
 	return p
 }

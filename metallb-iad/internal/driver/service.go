@@ -44,6 +44,16 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 			}
 			return reqs
 		})).
+		// Whether a parked Service with no claim yet should stay parked depends on the classes
+		// (parking.go): a class event looks at the parked Services again (few: a Service is
+		// parked only until its claim's addresses are pinned).
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var svcs corev1.ServiceList
+			if err := d.client.List(ctx, &svcs, client.MatchingFields{indexParked: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+				return nil
+			}
+			return driverkit.Requests(svcs.Items)
+		})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileService))
 }
@@ -206,7 +216,7 @@ func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked 
 		return parkingWanted(svc, linked, nil), nil
 	}
 	var classes ipamv1.IPAddressClassList
-	if err := d.client.List(ctx, &classes); err != nil {
+	if err := d.client.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	return parkingWanted(svc, linked, classes.Items), nil
@@ -217,13 +227,14 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		d.announce.Clear(svc, r)
 	}
 	if p.detach {
-		if err := d.detach(ctx, svc, p.park); err != nil {
+		wantParked := p.parked != nil && *p.parked
+		if err := d.detach(ctx, svc, wantParked); err != nil {
 			return err
 		}
 		// Parked or unparked here unless the unpin did it (or the admission policy, on the
-		// unpin's write).
-		if p.park != autoclaim.Parked(svc) && (p.park || p.unpark) {
-			if err := d.setParked(ctx, svc, p.park); err != nil {
+		// unpin's write), compared with the Service as last written or read.
+		if p.parked != nil && *p.parked != autoclaim.Parked(svc) {
+			if err := d.setParked(ctx, svc, *p.parked); err != nil {
 				return err
 			}
 		}
@@ -332,13 +343,21 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 	}
 	d.expect.Observed(pinKey(string(svc.UID)))
 	releasing := svc.Annotations[AnnotationReleasing]
+	_, resuming := svc.Annotations[AnnotationReleasing]
+	if park && !autoclaim.Parked(svc) && svc.Annotations[AnnotationPinned] != "true" && resuming {
+		// An unpin resumed from its releasing record: parked before the status is cleared, so
+		// that MetalLB never serves the Service from an auto-assigning pool meanwhile.
+		if err := d.setParked(ctx, svc, true); err != nil {
+			return err
+		}
+	}
 	if svc.Annotations[AnnotationPinned] == "true" {
 		releasing = svc.Annotations[metallb.AnnotationLoadBalancerIPs]
 		patch := client.MergeFrom(svc.DeepCopy())
 		delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
 		delete(svc.Annotations, AnnotationPinned)
 		svc.Annotations[AnnotationReleasing] = releasing
-		if park {
+		if park && !autoclaim.Parked(svc) {
 			// Parked in the same write: never served from an auto-assigning pool meanwhile.
 			svc.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
 		}
