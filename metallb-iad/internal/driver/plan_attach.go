@@ -76,6 +76,10 @@ type attachPlan struct {
 	requeue time.Duration
 }
 
+// pendingWarnAfter is how long a Service and its claim may be new before a claim that is not
+// Bound is warned about (ClaimNotReady).
+const pendingWarnAfter = 15 * time.Second
+
 // planAttach applies the link rule's outcome to a Service: attach it to its Bound claim's
 // addresses, keep it while the claim is Lost, or detach it; a Service detached (or never
 // attached) is parked or unparked as parkingWanted says.
@@ -133,9 +137,19 @@ func planAttachment(v attachView) attachPlan {
 		p.detach = true
 		return p
 	case claim.Status.Phase != ipamv1.ClaimBound:
-		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
-			claim.Namespace, claim.Name, orPending(claim.Status.Phase)))
-		wait()
+		// A claim made with (or for) the Service is Pending for a moment on the normal path (an
+		// auto-claim always is): said only once the wait outlasts pendingWarnAfter.
+		since := svc.CreationTimestamp.Time
+		if claim.CreationTimestamp.After(since) {
+			since = claim.CreationTimestamp.Time
+		}
+		if quiet := since.Add(pendingWarnAfter).Sub(v.now); quiet > 0 {
+			p.requeue = quiet
+		} else {
+			say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
+				claim.Namespace, claim.Name, orPending(claim.Status.Phase)))
+			wait()
+		}
 		p.detach = true
 		return p
 	case !FamiliesFit(svc, claim.Spec.Family):

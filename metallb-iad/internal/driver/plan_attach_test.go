@@ -119,7 +119,16 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"claim pending: wait with a re-check, detach", attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending)), func(t *testing.T, p attachPlan) {
+		{"claim pending with the Service and claim just made (an auto-claim): no warning yet, a re-check when it would be due", attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending)), func(t *testing.T, p attachPlan) {
+			if !p.detach || p.requeue != pendingWarnAfter || hasEvent(p, ReasonClaimNotReady) {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"claim pending: wait with a re-check, detach", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending))
+			v.now = t0.Add(pendingWarnAfter)
+			return v
+		}(), func(t *testing.T, p attachPlan) {
 			if !p.detach || p.requeue <= 0 || !hasEvent(p, ReasonClaimNotReady) {
 				t.Fatalf("%+v", p)
 			}
