@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -77,6 +78,19 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 			for _, s := range []client.Object{parked, free} {
 				_ = admin.Delete(ctx, s)
 			}
+			// The auto-assigning pool goes before the next test starts (the smoke test counts on
+			// MetalLB having none).
+			pool := &metav1.PartialObjectMetadata{}
+			pool.SetGroupVersionKind(poolGVK)
+			pool.SetNamespace(metallbNamespace)
+			pool.SetName("e2e-parking-auto")
+			if err := admin.Delete(ctx, pool); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			eventually(ctx, t, 30*time.Second, "the autoAssign pool to be gone", func(ctx context.Context) (bool, error) {
+				err := admin.Get(ctx, client.ObjectKeyFromObject(pool), pool)
+				return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -307,9 +307,10 @@ func (d *Driver) wroteAddress(a *ipamv1.IPAddress) {
 	d.expect.Expect(writtenKey(a.Name), a.ResourceVersion, d.now())
 }
 
-// doubtful: the plan creates a hold or raises a Conflict (or names other wrongful Services).
+// doubtful: the plan creates a hold, clears a stale ingress, or raises a Conflict (or names
+// other wrongful Services).
 func doubtful(v *addressView, p addressPlan) bool {
-	if p.createHold != nil {
+	if p.createHold != nil || len(p.clearIngress) > 0 {
 		return true
 	}
 	if p.status == nil {

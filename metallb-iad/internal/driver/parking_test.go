@@ -82,44 +82,45 @@ func TestPlanAttachParks(t *testing.T) {
 		name         string
 		view         attachView
 		park, unpark bool
+		leftAsItIs   bool
 	}{
 		{"a Pending claim: parked (with the detach, in the unpin's write when pinned)", func() attachView {
 			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending))
 			v.park = true
 			return v
-		}(), true, false},
+		}(), true, false, false},
 		{"a Pending claim, already parked: nothing", func() attachView {
 			v := attachViewOf(parked(tenantSvc()), boundClaim(ipamv1.ClaimPending))
 			v.park = true
 			return v
-		}(), false, false},
+		}(), false, false, false},
 		{"parked, linked to nothing, no auto-claim of this driver: unparked", func() attachView {
 			s := parked(svc("t", "web", "web-uid"))
 			return attachView{svc: s, now: t0}
-		}(), false, true},
+		}(), false, true, false},
 		{"a Bound claim: the pin unparks, no write of its own", func() attachView {
 			v := attachViewOf(parked(tenantSvc()), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
 			v.park = true
 			return v
-		}(), false, false},
+		}(), false, false, true},
 		{"attached to a Lost claim: keeps its pin, never parked", func() attachView {
 			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimLost, ip), attachedAddr(ip, "t", "web", "web-uid"))
 			v.attachedHere = v.addrs
 			v.park = true
 			return v
-		}(), false, false},
-		{"a plain Service: nothing", attachView{svc: svc("t", "web", "web-uid"), now: t0}, false, false},
+		}(), false, false, true},
+		{"a plain Service: nothing", attachView{svc: svc("t", "web", "web-uid"), now: t0}, false, false, false},
 		{"parked and being deleted: left as it is (the policy might park it again)", func() attachView {
 			s := parked(svc("t", "web", "web-uid"))
 			now := metav1.NewTime(t0)
 			s.DeletionTimestamp = &now
 			return attachView{svc: s, now: t0}
-		}(), false, false},
+		}(), false, false, true},
 		{"parked, carrying the driver's role label in a tenant's namespace: left as it is", func() attachView {
 			s := parked(svc("t", "web", "web-uid"))
 			s.Labels[LabelRole] = RoleHold
 			return attachView{svc: s, now: t0}
-		}(), false, false},
+		}(), false, false, true},
 	} {
 		p := planAttach(tc.view)
 		if p.park != tc.park || p.unpark != tc.unpark {
@@ -127,6 +128,9 @@ func TestPlanAttachParks(t *testing.T) {
 		}
 		if (tc.park || tc.unpark) && (p.parked == nil || *p.parked != tc.park) {
 			t.Errorf("%s: the wanted state %v does not say %v", tc.name, p.parked, tc.park)
+		}
+		if tc.leftAsItIs && p.parked != nil {
+			t.Errorf("%s: wants parked=%v, should leave it as it is", tc.name, *p.parked)
 		}
 	}
 }

@@ -85,6 +85,11 @@ const pendingWarnAfter = 15 * time.Second
 // attached) is parked or unparked as parkingWanted says.
 func planAttach(v attachView) attachPlan {
 	p := planAttachment(v)
+	if v.claim == nil && v.why == "" && v.park && p.requeue == 0 {
+		// Parked for an auto-claim the core has not made yet: the claim's event brings it back,
+		// and a re-check makes sure of it (DESIGN §5a).
+		p.requeue = driverkit.Recheck(v.svc.CreationTimestamp.Time, v.now, time.Second)
+	}
 	if p.detach && p.pin == "" && !parkingUntouched(v.svc) {
 		// Decided against the Service as the pass read it; applied against the Service as
 		// written (the unpin may read a fresher one): p.parked is the state wanted.
@@ -144,7 +149,7 @@ func planAttachment(v attachView) attachPlan {
 			since = claim.CreationTimestamp.Time
 		}
 		if quiet := since.Add(pendingWarnAfter).Sub(v.now); quiet > 0 {
-			p.requeue = quiet
+			p.requeue = min(quiet, pendingWarnAfter) // (another clock's timestamps)
 		} else {
 			say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
 				claim.Namespace, claim.Name, orPending(claim.Status.Phase)))

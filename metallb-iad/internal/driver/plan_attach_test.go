@@ -124,6 +124,17 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"claim pending, the claim newer than the Service (an auto-claim): the grace runs from the claim", func() attachView {
+			claim := boundClaim(ipamv1.ClaimPending)
+			claim.CreationTimestamp = metav1.NewTime(t0.Add(10 * time.Second))
+			v := attachViewOf(tenantSvc(), claim)
+			v.now = t0.Add(20 * time.Second)
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || p.requeue != 5*time.Second || hasEvent(p, ReasonClaimNotReady) {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"claim pending: wait with a re-check, detach", func() attachView {
 			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimPending))
 			v.now = t0.Add(pendingWarnAfter)
