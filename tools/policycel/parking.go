@@ -2,7 +2,6 @@ package policycel
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -14,8 +13,6 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
 	"sigs.k8s.io/yaml"
-
-	"github.com/cozystack/reserved-ips/tools/charts"
 )
 
 // The driver chart's parking MutatingAdmissionPolicies.
@@ -48,16 +45,12 @@ type namedResult struct {
 // LoadParking renders the driver chart from the checkout at root (as for an apiserver that serves
 // the v1 MutatingAdmissionPolicy kind) and compiles its parking policies.
 func LoadParking(root, namespace string, values map[string]any) (*Parking, error) {
-	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
-	if err != nil {
-		return nil, err
-	}
-	manifest, err := charts.Render(ch, namespace, values)
+	docs, err := renderDriverChart(root, namespace, values)
 	if err != nil {
 		return nil, err
 	}
 	found := map[string]admissionregistrationv1.MutatingAdmissionPolicy{}
-	for _, doc := range strings.Split(manifest, "\n---") {
+	for _, doc := range docs {
 		var p admissionregistrationv1.MutatingAdmissionPolicy
 		if err := yaml.Unmarshal([]byte(doc), &p); err == nil && p.Kind == "MutatingAdmissionPolicy" {
 			found[p.Name] = p

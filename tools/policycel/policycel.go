@@ -41,15 +41,11 @@ type check struct {
 // Load renders the driver chart from the checkout at root into namespace with values, and
 // compiles its service-pins policy.
 func Load(root, namespace string, values map[string]any) (*Policy, error) {
-	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
+	docs, err := renderDriverChart(root, namespace, values)
 	if err != nil {
 		return nil, err
 	}
-	manifest, err := charts.Render(ch, namespace, values)
-	if err != nil {
-		return nil, err
-	}
-	for _, doc := range strings.Split(manifest, "\n---") {
+	for _, doc := range docs {
 		var vap admissionregistrationv1.ValidatingAdmissionPolicy
 		if err := yaml.Unmarshal([]byte(doc), &vap); err != nil || vap.Kind != "ValidatingAdmissionPolicy" || vap.Name != PolicyName {
 			continue
@@ -174,3 +170,17 @@ func operation(req Request) string {
 }
 
 func refValue(v ref.Val) any { return v.Value() }
+
+// renderDriverChart renders the driver chart from the checkout at root and returns its
+// manifest's documents.
+func renderDriverChart(root, namespace string, values map[string]any) ([]string, error) {
+	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := charts.Render(ch, namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(manifest, "\n---"), nil
+}
