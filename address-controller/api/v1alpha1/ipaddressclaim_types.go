@@ -108,7 +108,9 @@ type IPAddressClaim struct {
 
 	// +optional
 	Spec IPAddressClaimSpec `json:"spec,omitempty"`
+	// status is written by the core only; a claim it has not written yet reads as phase Pending.
 	// +optional
+	// +kubebuilder:default={phase:"Pending"}
 	Status IPAddressClaimStatus `json:"status,omitempty"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -23,6 +24,8 @@ var version = "dev"
 func main() {
 	var opts manager.Options
 	opts.BindFlags(flag.CommandLine)
+	quietWait := flag.Duration("pending-reason-after", time.Minute,
+		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for")
 	flag.Parse()
 	if opts.PrintVersion {
 		fmt.Println(version)
@@ -49,7 +52,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := controller.Setup(ctx, mgr, controller.Options{Workers: opts.Workers, RegisterMetrics: true}); err != nil {
+	if err := controller.Setup(ctx, mgr, controller.Options{Workers: opts.Workers, RegisterMetrics: true, QuietWait: *quietWait}); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)
 	}

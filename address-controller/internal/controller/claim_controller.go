@@ -39,6 +39,9 @@ type ClaimReconciler struct {
 	Metrics  *Metrics
 	Workers  int
 	Now      func() time.Time
+	// QuietWait is how long a claim that waits only for its driver keeps the status the API
+	// server defaults (phase Pending) before the core writes what it waits for (0: quietWait).
+	QuietWait time.Duration
 
 	// announce says lasting warnings (several default classes) once per claim.
 	announce *driverkit.Announcer
@@ -174,6 +177,8 @@ type claimPass struct {
 	// differs from the claim's.
 	status        ipamv1.IPAddressClaimStatus
 	statusChanges bool
+	// quietFor: the status is left unwritten for this long yet (see quietUntil).
+	quietFor time.Duration
 }
 
 // writes reports whether applying the pass writes anything.
@@ -219,7 +224,19 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	}
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
+	if p.statusChanges {
+		if until, ok := quietUntil(claim, &p.status, r.quietWait()); ok && r.now().Before(until) {
+			p.status, p.statusChanges, p.quietFor = claim.Status, false, until.Sub(r.now())
+		}
+	}
 	return p, nil
+}
+
+func (r *ClaimReconciler) quietWait() time.Duration {
+	if r.QuietWait > 0 {
+		return r.QuietWait
+	}
+	return quietWait
 }
 
 // apply makes the writes of a pass, in a crash-safe order: the claim's finalizer (with the
@@ -279,7 +296,11 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		if cond := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionBound); cond != nil {
 			since = cond.LastTransitionTime.Time
 		}
-		return reconcile.Result{RequeueAfter: recheckAfter(r.now().Sub(since))}, nil
+		after := recheckAfter(r.now().Sub(since))
+		if p.quietFor > 0 && len(p.plans) == 0 {
+			after = min(after, p.quietFor)
+		}
+		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	return reconcile.Result{}, nil
 }
@@ -448,7 +469,7 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 		if err := r.Client.List(ctx, &classes); err != nil {
 			return nil, nil, err
 		}
-		def, others := pickMarkedClass(classes.Items, ipamv1.AnnotationDefaultClass)
+		def, others := driverkit.PickMarkedClass(classes.Items, ipamv1.AnnotationDefaultClass)
 		if def == nil {
 			return nil, &waiting{ipamv1.ReasonNoDefaultClass,
 				"the claim names no class and no IPAddressClass is marked " + ipamv1.AnnotationDefaultClass + `: "true"`}, nil
@@ -521,6 +542,16 @@ func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1
 	st.Addresses = out.addresses
 	if className != "" {
 		st.ClassName = className
+	}
+	if st.ClassName == "" && out.phase == ipamv1.ClaimBound {
+		// Bound without a status written before (quietUntil): the class is the one the claim
+		// names, else that of the addresses its driver made for the default class.
+		st.ClassName = claim.Spec.ClassName
+		for _, f := range claim.Spec.Family.Families() {
+			if a := kept[f]; st.ClassName == "" && a != nil {
+				st.ClassName = a.Spec.ClassName
+			}
+		}
 	}
 	status := metav1.ConditionFalse
 	if out.phase == ipamv1.ClaimBound {

@@ -16,33 +16,6 @@ import (
 // This file holds the decisions, as pure functions of the objects involved; the reconcilers
 // only read, call these, and patch the difference.
 
-// pickMarkedClass returns the class carrying annotation="true" that wins when several do (the
-// newest, then the lowest name, as Kubernetes picks a default StorageClass), and the names of
-// the others so marked.
-func pickMarkedClass(classes []ipamv1.IPAddressClass, annotation string) (*ipamv1.IPAddressClass, []string) {
-	var marked []*ipamv1.IPAddressClass
-	for i := range classes {
-		c := &classes[i]
-		if c.DeletionTimestamp == nil && c.Annotations[annotation] == "true" {
-			marked = append(marked, c)
-		}
-	}
-	if len(marked) == 0 {
-		return nil, nil
-	}
-	slices.SortFunc(marked, func(a, b *ipamv1.IPAddressClass) int {
-		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	var others []string
-	for _, c := range marked[1:] {
-		others = append(others, c.Name)
-	}
-	return marked[0], others
-}
-
 // claimAddresses is the sorting of the addresses whose claimRef names a claim.
 type claimAddresses struct {
 	// kept is the address bound for each requested family.
@@ -178,6 +151,29 @@ func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*i
 		}
 	}
 	return out
+}
+
+// quietWait is how long, by default, a claim that waits only for its driver to provision reads
+// as the API server defaults it (phase Pending, nothing else) before the core says what it waits
+// for. Most claims are Bound well within it, and so cost one status write instead of two (DESIGN
+// §5a's write budget); what a claim that waits longer waits for is said once the wait lasts.
+const quietWait = time.Minute
+
+// quietUntil reports until when a claim may keep its status unwritten rather than take want:
+// only a claim whose status the core has never written (no Bound condition, no addresses) and
+// that waits for nothing but its driver's address (reason WaitingForAddress, nothing bound), for
+// wait after its creation. Any other wait (a class missing or refused, a named address unusable)
+// and any bind are written at once.
+func quietUntil(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus, wait time.Duration) (time.Time, bool) {
+	if len(claim.Status.Conditions) > 0 || len(claim.Status.Addresses) > 0 || claim.Status.ClassName != "" ||
+		(claim.Status.Phase != "" && claim.Status.Phase != ipamv1.ClaimPending) {
+		return time.Time{}, false
+	}
+	cond := meta.FindStatusCondition(want.Conditions, ipamv1.ConditionBound)
+	if want.Phase != ipamv1.ClaimPending || len(want.Addresses) > 0 || cond == nil || cond.Reason != ipamv1.ReasonWaitingForAddress {
+		return time.Time{}, false
+	}
+	return claim.CreationTimestamp.Add(wait), true
 }
 
 func previouslyBound(claim *ipamv1.IPAddressClaim, families []string) string {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
 
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -32,7 +33,7 @@ func TestPickMarkedClass(t *testing.T) {
 		{"same age: lowest name", []ipamv1.IPAddressClass{class("zz", t0, def), class("aa", t0, def)}, "aa", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, others := pickMarkedClass(tc.classes, ipamv1.AnnotationDefaultClass)
+			got, others := driverkit.PickMarkedClass(tc.classes, ipamv1.AnnotationDefaultClass)
 			name := ""
 			if got != nil {
 				name = got.Name
@@ -316,5 +317,49 @@ func TestDecideClassMeta(t *testing.T) {
 	}
 	if _, ok := autoClaimEnabledAt(mk(true, true, "")); ok {
 		t.Error("autoClaimEnabledAt of an unstamped class reports a time")
+	}
+}
+
+// A claim whose status the core never wrote, and that waits only for its driver, stays as the
+// API server defaults it for quietWait; anything else is written at once.
+func TestQuietUntil(t *testing.T) {
+	fresh := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)},
+		Status: ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending}}
+	waitingFor := func(reason string) *ipamv1.IPAddressClaimStatus {
+		return &ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "k", Conditions: []metav1.Condition{
+			{Type: ipamv1.ConditionBound, Status: metav1.ConditionFalse, Reason: reason, Message: "m"}}}
+	}
+	written := fresh.DeepCopy()
+	written.Status = *waitingFor(ipamv1.ReasonWaitingForAddress)
+	undefaulted := fresh.DeepCopy()
+	undefaulted.Status.Phase = ""
+	bound := &ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimBound, ClassName: "k",
+		Addresses:  []ipamv1.ClaimedAddress{{Name: "ip-203-0-113-1", Address: "203.0.113.1", Family: ipamv1.IPv4}},
+		Conditions: []metav1.Condition{{Type: ipamv1.ConditionBound, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonBound}}}
+	partial := waitingFor(ipamv1.ReasonWaitingForAddress)
+	partial.Addresses = bound.Addresses
+	for _, tc := range []struct {
+		name  string
+		claim *ipamv1.IPAddressClaim
+		want  *ipamv1.IPAddressClaimStatus
+		quiet bool
+	}{
+		{"fresh, waiting for its driver", fresh, waitingFor(ipamv1.ReasonWaitingForAddress), true},
+		{"no phase at all yet (read before the schema default)", undefaulted, waitingFor(ipamv1.ReasonWaitingForAddress), true},
+		{"fresh, its class missing", fresh, waitingFor(ipamv1.ReasonClassNotFound), false},
+		{"fresh, its class refused", fresh, waitingFor(ipamv1.ReasonClassNotAccepted), false},
+		{"fresh, no default class", fresh, waitingFor(ipamv1.ReasonNoDefaultClass), false},
+		{"fresh, its named address unusable", fresh, waitingFor(ipamv1.ReasonAddressUnusable), false},
+		{"fresh, now Bound", fresh, bound, false},
+		{"fresh, one family bound", fresh, partial, false},
+		{"written before (a reason to keep current)", written, waitingFor(ipamv1.ReasonWaitingForAddress), false},
+	} {
+		until, quiet := quietUntil(tc.claim, tc.want, time.Minute)
+		if quiet != tc.quiet {
+			t.Errorf("%s: quiet=%v, want %v", tc.name, quiet, tc.quiet)
+		}
+		if quiet && !until.Equal(t0.Add(time.Minute)) {
+			t.Errorf("%s: quiet until %s, want a minute after creation", tc.name, until)
+		}
 	}
 }

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -21,6 +22,9 @@ type Options struct {
 	// Metrics, when set, are the metrics the controllers report to (tests read them); by
 	// default Setup creates them over the manager's cache.
 	Metrics *Metrics
+	// QuietWait: how long a claim that waits only for its driver reads plain Pending before
+	// its status says what it waits for (0: one minute).
+	QuietWait time.Duration
 }
 
 // Setup registers the indexes and every controller of the core with mgr.
@@ -39,7 +43,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	rec := mgr.GetEventRecorder("address-controller")
 	if err := (&ClaimReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec,
-		Metrics: m, Workers: opts.Workers}).SetupWithManager(mgr); err != nil {
+		Metrics: m, Workers: opts.Workers, QuietWait: opts.QuietWait}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&AddressReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec,

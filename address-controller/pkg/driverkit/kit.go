@@ -3,6 +3,8 @@ package driverkit
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,13 +33,77 @@ const (
 )
 
 // NeedsProvisioning reports whether a claim waits for the named driver to provision: the core
-// stamped it with the driver's name, resolved its class, and it is neither settled nor going.
+// stamped it with the driver's name, and it is neither settled nor going. Which class it
+// provisions from is ClaimClass's to say.
 func NeedsProvisioning(claim *ipamv1.IPAddressClaim, provisioner string) bool {
 	return claim.Annotations[ipamv1.AnnotationProvisioner] == provisioner &&
 		claim.DeletionTimestamp == nil &&
-		claim.Status.ClassName != "" &&
 		claim.Status.Phase != ipamv1.ClaimBound &&
 		claim.Status.Phase != ipamv1.ClaimLost
+}
+
+// ClaimClass names the class a claim's addresses come from, resolved as the core resolves it:
+// the class its spec names, else the one the core recorded in its status, else the default class
+// among classes ("" when none resolves). The core leaves the status of a claim that waits only for
+// its driver unwritten for a while (DESIGN §5a's write budget), so a driver cannot wait for it.
+func ClaimClass(claim *ipamv1.IPAddressClaim, classes []ipamv1.IPAddressClass) string {
+	switch {
+	case claim.Spec.ClassName != "":
+		return claim.Spec.ClassName
+	case claim.Status.ClassName != "":
+		return claim.Status.ClassName
+	}
+	if def, _ := PickMarkedClass(classes, ipamv1.AnnotationDefaultClass); def != nil {
+		return def.Name
+	}
+	return ""
+}
+
+// ClassOfClaim reads the class ClaimClass resolves for a claim (listing the classes only when
+// the claim names none); nil when none resolves or it does not exist.
+func ClassOfClaim(ctx context.Context, r client.Reader, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddressClass, error) {
+	name := ClaimClass(claim, nil)
+	if name == "" {
+		var classes ipamv1.IPAddressClassList
+		if err := r.List(ctx, &classes); err != nil {
+			return nil, err
+		}
+		if name = ClaimClass(claim, classes.Items); name == "" {
+			return nil, nil
+		}
+	}
+	var class ipamv1.IPAddressClass
+	if err := r.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return &class, nil
+}
+
+// PickMarkedClass returns the class carrying annotation="true" that wins when several do (the
+// newest, then the lowest name, as Kubernetes picks a default StorageClass), and the names of
+// the others so marked. Classes being deleted do not count.
+func PickMarkedClass(classes []ipamv1.IPAddressClass, annotation string) (*ipamv1.IPAddressClass, []string) {
+	var marked []*ipamv1.IPAddressClass
+	for i := range classes {
+		c := &classes[i]
+		if c.DeletionTimestamp == nil && c.Annotations[annotation] == "true" {
+			marked = append(marked, c)
+		}
+	}
+	if len(marked) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(marked, func(a, b *ipamv1.IPAddressClass) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var others []string
+	for _, c := range marked[1:] {
+		others = append(others, c.Name)
+	}
+	return marked[0], others
 }
 
 // ClassProvisions reports whether the named driver may create new addresses for a class: it is
@@ -109,10 +175,15 @@ func ClaimOfAddress(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // ClaimsWaitingForClass maps a class event to the claims waiting for that class, through the
-// index.ClaimWaitingForClass field index (register it with index.Setup).
+// index.ClaimWaitingForClass field index (register it with index.Setup); for a default class,
+// also the claims that name no class.
 func ClaimsWaitingForClass(r client.Reader) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		reqs, _ := index.ClaimsWaitingFor(ctx, r, o.GetName())
+		if o.GetAnnotations()[ipamv1.AnnotationDefaultClass] == "true" {
+			more, _ := index.ClaimsWaitingFor(ctx, r, "")
+			reqs = append(reqs, more...)
+		}
 		return reqs
 	}
 }

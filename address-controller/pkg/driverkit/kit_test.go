@@ -38,7 +38,7 @@ func TestNeedsProvisioning(t *testing.T) {
 		{"bound", claim("1", ipamv1.ClaimBound, ipamv1.IPv4, "me"), false},
 		{"lost", claim("1", ipamv1.ClaimLost, ipamv1.IPv4, "me"), false},
 		{"deleting", deleting, false},
-		{"class not resolved", noClass, false},
+		{"class not recorded yet", noClass, true},
 	} {
 		if got := NeedsProvisioning(tc.claim, "me"); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
@@ -132,5 +132,38 @@ func TestRecheck(t *testing.T) {
 	}
 	if Sooner(0, 3) != 3 || Sooner(3, 0) != 3 || Sooner(2, 3) != 2 {
 		t.Fatal("Sooner")
+	}
+}
+
+// ClaimClass resolves as the core does: spec, then the status's sticky class, then the default
+// (the newest marked class not being deleted).
+func TestClaimClass(t *testing.T) {
+	def := map[string]string{ipamv1.AnnotationDefaultClass: "true"}
+	old := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "old", Annotations: def, CreationTimestamp: metav1.Unix(100, 0)}}
+	newer := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "newer", Annotations: def, CreationTimestamp: metav1.Unix(200, 0)}}
+	now := metav1.Now()
+	dying := newer
+	dying.DeletionTimestamp = &now
+	plain := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
+	withSpec := func(spec, status string) *ipamv1.IPAddressClaim {
+		return &ipamv1.IPAddressClaim{Spec: ipamv1.IPAddressClaimSpec{ClassName: spec}, Status: ipamv1.IPAddressClaimStatus{ClassName: status}}
+	}
+	for _, tc := range []struct {
+		name    string
+		claim   *ipamv1.IPAddressClaim
+		classes []ipamv1.IPAddressClass
+		want    string
+	}{
+		{"spec", withSpec("k", ""), []ipamv1.IPAddressClass{old}, "k"},
+		{"spec before status", withSpec("k", "other"), nil, "k"},
+		{"sticky status before the default", withSpec("", "k"), []ipamv1.IPAddressClass{newer}, "k"},
+		{"default", withSpec("", ""), []ipamv1.IPAddressClass{plain, old}, "old"},
+		{"newest default", withSpec("", ""), []ipamv1.IPAddressClass{old, newer}, "newer"},
+		{"a default being deleted does not count", withSpec("", ""), []ipamv1.IPAddressClass{old, dying}, "old"},
+		{"no default", withSpec("", ""), []ipamv1.IPAddressClass{plain}, ""},
+	} {
+		if got := ClaimClass(tc.claim, tc.classes); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -112,12 +112,9 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if !driverkit.NeedsProvisioning(&claim, d.Name) {
 		return reconcile.Result{}, nil
 	}
-	var class ipamv1.IPAddressClass
-	if err := d.client.Get(ctx, types.NamespacedName{Name: claim.Status.ClassName}, &class); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !driverkit.ClassProvisions(&class, d.Name) {
-		return reconcile.Result{}, nil
+	class, err := driverkit.ClassOfClaim(ctx, d.client, &claim)
+	if err != nil || !driverkit.ClassProvisions(class, d.Name) {
+		return reconcile.Result{}, err
 	}
 	var bound ipamv1.IPAddressList
 	if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
@@ -134,7 +131,7 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 			// The address exists but the cache has not shown it yet: wait for its event.
 			return reconcile.Result{RequeueAfter: time.Second}, nil
 		}
-		if err := d.provision(ctx, &claim, &class, fam); err != nil {
+		if err := d.provision(ctx, &claim, class, fam); err != nil {
 			return reconcile.Result{}, err
 		}
 		d.remember(key)

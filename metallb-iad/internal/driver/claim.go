@@ -74,13 +74,14 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		return v, err
 	}
 	v.placeholders = d.live(list.Items)
-	if v.claim != nil && v.claim.Status.ClassName != "" {
-		var class ipamv1.IPAddressClass
-		if err := d.client.Get(ctx, types.NamespacedName{Name: v.claim.Status.ClassName}, &class); err == nil {
-			v.class = &class
-		} else if !apierrors.IsNotFound(err) {
+	if v.claim != nil {
+		// The class as the core resolves it: the core may not have written the claim's status
+		// yet (it leaves a claim that only waits for its driver quiet for a while).
+		class, err := driverkit.ClassOfClaim(ctx, d.client, v.claim)
+		if err != nil {
 			return v, err
 		}
+		v.class = class
 		var bound ipamv1.IPAddressList
 		if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: v.claimKey}); err != nil {
 			return v, err

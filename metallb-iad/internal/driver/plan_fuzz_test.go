@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -162,11 +163,16 @@ func fuzzProvisionView(data []byte) provisionView {
 			claim.Annotations = nil // not stamped yet
 		}
 		if c.yes(8) {
+			// The core has not written the status yet (it leaves a claim that only waits for
+			// its driver quiet): the class is the default one, when v.class is marked so.
 			claim.Status.ClassName = ""
 		}
 		claim.DeletionTimestamp = c.deleted()
 		v.claim = claim
 		v.class = fuzzClass(c)
+		if v.class != nil && c.yes(2) {
+			v.class.Annotations = map[string]string{ipamv1.AnnotationDefaultClass: "true"}
+		}
 	}
 	used, served := map[string]bool{}, map[netip.Addr]bool{}
 	for range c.n(5) {
@@ -297,7 +303,15 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 			}
 		}
 	}
-	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) && v.class.Name == claim.Status.ClassName
+	// The claim's class as the core resolves it: its spec's, its status's, else the default.
+	resolved := ""
+	if claim != nil {
+		resolved = cmp.Or(claim.Spec.ClassName, claim.Status.ClassName)
+		if resolved == "" && v.class != nil && v.class.Annotations[ipamv1.AnnotationDefaultClass] == "true" {
+			resolved = v.class.Name
+		}
+	}
+	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) && v.class.Name == resolved
 	if !needs && (len(p.create) > 0 || len(p.settle) > 0) {
 		t.Fatalf("claim needs no provisioning, yet the plan creates %v and settles %d", names(p.create), len(p.settle))
 	}

@@ -77,7 +77,7 @@ func planProvision(v provisionView) provisionPlan {
 	var p provisionPlan
 	claim := v.claim
 	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) &&
-		v.class.Name == claim.Status.ClassName
+		v.class.Name == driverkit.ClaimClass(claim, []ipamv1.IPAddressClass{*v.class})
 	kept := map[ipamv1.IPFamily]*corev1.Service{}
 	for _, s := range sortedByName(v.placeholders) {
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
