@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -187,19 +188,28 @@ func TestParkingPoliciesGating(t *testing.T) {
 		kinds  []string
 		want   int
 		vap    bool
+		// driverParks: the driver's own parking (--parking) follows the values, not the served
+		// kinds: where the policies cannot be installed, the driver's parking is all there is.
+		driverParks bool
 	}{
-		{"served, defaults", nil, ServedKinds, 2, true},
-		{"not served (before 1.36)", nil, nil, 0, true},
-		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true},
-		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true},
-		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true},
-		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false},
-		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true},
+		{"served, defaults", nil, ServedKinds, 2, true, true},
+		{"not served (before 1.36)", nil, nil, 0, true, true},
+		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true, true},
+		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true, true},
+		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true, false},
+		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false, false},
+		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderDriverFor(t, tc.values, tc.kinds)
 			if m, b := has(objs); m != tc.want || b != tc.want {
 				t.Errorf("%d policies and %d bindings, want %d of each", m, b, tc.want)
+			}
+			if d := objs["Deployment/metallb-iad"]; d != nil {
+				args := toStrings(dig(d, "spec", "template", "spec", "containers", 0, "args"))
+				if want := fmt.Sprintf("--parking=%v", tc.driverParks); !slices.Contains(args, want) {
+					t.Errorf("driver args %v lack %s", args, want)
+				}
 			}
 			if (objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil) != tc.vap {
 				t.Errorf("service-pins policy rendered: %v, want %v", objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil, tc.vap)

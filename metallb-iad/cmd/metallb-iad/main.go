@@ -29,6 +29,7 @@ func main() {
 		namespace = flag.String("namespace", envOr("POD_NAMESPACE", "cozy-metallb-iad"), "namespace of the placeholder Services")
 		metallbNS = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
 		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
+		parking   = flag.Bool("parking", true, "park a LoadBalancer Service that names a claim, or that auto-claim will serve from a class of this driver, until its claim's addresses are pinned (the chart's admissionPolicy.parking); false also takes the parking annotation off Services parked before")
 		relAfter  = flag.Duration("release-after", driver.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
 	)
 	flag.Parse()
@@ -61,7 +62,7 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge,
-		ReleaseAfter: *relAfter}
+		ReleaseAfter: *relAfter, NoParking: !*parking}
 	d.Metrics = driver.NewMetrics(mgr.GetCache(), *namespace, *metallbNS)
 	if err := d.Metrics.Register(metrics.Registry); err != nil {
 		log.Error(err, "registering metrics")

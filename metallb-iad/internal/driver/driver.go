@@ -41,6 +41,9 @@ type Driver struct {
 	// driver releases the names MetalLB may keep its IP under; zero (DefaultReleaseAfter) is off.
 	ReleaseFor   time.Duration
 	ReleaseAfter time.Duration
+	// NoParking turns the driver's own parking off (the chart's admissionPolicy.parking: false):
+	// it then parks no Service, and takes the parking annotation off those it finds parked.
+	NoParking bool
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,5 +133,20 @@ func TestPlanAttachParks(t *testing.T) {
 		if tc.leftAsItIs && p.parked != nil {
 			t.Errorf("%s: wants parked=%v, should leave it as it is", tc.name, *p.parked)
 		}
+	}
+}
+
+// With parking off (--parking=false, the chart's admissionPolicy.parking: false) the driver
+// wants no Service parked: it parks none, and planAttach takes the annotation off one parked
+// before (TestPlanAttachParks covers the unpark of a Service not wanted parked).
+func TestNoParkingWantsNoServiceParked(t *testing.T) {
+	s := svc("t", "web", "web-uid")
+	s.Annotations[ipamv1.AnnotationServiceClaim] = "ip"
+	ctx := context.Background()
+	if got, err := (&Driver{}).parkingWanted(ctx, s, true); err != nil || !got {
+		t.Fatalf("parking on: a Service naming a claim is wanted parked=%v (%v), want true", got, err)
+	}
+	if got, err := (&Driver{NoParking: true}).parkingWanted(ctx, s, true); err != nil || got {
+		t.Fatalf("parking off: a Service naming a claim is wanted parked=%v (%v), want false", got, err)
 	}
 }

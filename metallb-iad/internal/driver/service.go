@@ -212,6 +212,9 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 
 // parkingWanted reads the classes parkingWanted needs, only when they can matter.
 func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked bool) (bool, error) {
+	if d.NoParking {
+		return false, nil
+	}
 	if !parkable(svc) || linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
 		return parkingWanted(svc, linked, nil), nil
 	}
