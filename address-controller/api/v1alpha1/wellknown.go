@@ -14,6 +14,11 @@ const (
 	// AnnotationProvisioner is written by the core on a claim that no existing address can
 	// satisfy: the named driver must provision addresses for it.
 	AnnotationProvisioner = "local.sdn.cozystack.io/provisioner"
+	// AnnotationResolvedClass is written by the core in the same patch as AnnotationProvisioner:
+	// the class the claim resolved to when the core asked the driver. It keeps the resolution
+	// sticky until the status records it (status.className), and it is the class the driver
+	// provisions from.
+	AnnotationResolvedClass = "local.sdn.cozystack.io/resolved-class"
 
 	// AnnotationServiceClaim on a Service names the claim whose addresses it uses.
 	AnnotationServiceClaim = "local.sdn.cozystack.io/ip-address-claim"

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
@@ -24,8 +25,8 @@ var version = "dev"
 func main() {
 	var opts manager.Options
 	opts.BindFlags(flag.CommandLine)
-	quietWait := flag.Duration("pending-reason-after", time.Minute,
-		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for")
+	quietWait := flag.Duration("pending-reason-after", 2*time.Minute,
+		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for (0: at once)")
 	flag.Parse()
 	if opts.PrintVersion {
 		fmt.Println(version)
@@ -52,7 +53,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := controller.Setup(ctx, mgr, controller.Options{Workers: opts.Workers, RegisterMetrics: true, QuietWait: *quietWait}); err != nil {
+	if err := controller.Setup(ctx, mgr, controller.Options{Workers: opts.Workers, RegisterMetrics: true, QuietWait: cmp.Or(*quietWait, -1)}); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)
 	}

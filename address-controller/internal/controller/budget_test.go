@@ -134,7 +134,7 @@ func TestDriverStatusWritesCostTheCoreNoRefusedWrite(t *testing.T) {
 	var addrs []string
 	for i := range n {
 		c := newClaim(t, ns, fmt.Sprintf("c%d", i), "status-race", ipamv1.IPv4)
-		waitClaimPhase(t, ns, c.Name, ipamv1.ClaimPending)
+		waitStamped(t, ns, c.Name) // the core has seen it (Pending alone is the schema's default)
 		eventually(t, "the claim's uid", func() (bool, error) {
 			return c.UID != "", admin.Get(context.Background(), client.ObjectKeyFromObject(c), c)
 		})

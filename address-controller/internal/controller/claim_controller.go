@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -40,7 +41,8 @@ type ClaimReconciler struct {
 	Workers  int
 	Now      func() time.Time
 	// QuietWait is how long a claim that waits only for its driver keeps the status the API
-	// server defaults (phase Pending) before the core writes what it waits for (0: quietWait).
+	// server defaults (phase Pending) before the core writes what it waits for (0: quietWait;
+	// negative: no quiet wait).
 	QuietWait time.Duration
 
 	// announce says lasting warnings (several default classes) once per claim.
@@ -171,8 +173,9 @@ type claimPass struct {
 	wait *waiting
 	// finalizer: the claim lacks the core's finalizer.
 	finalizer bool
-	// stamp is the driver to ask for an address ("" when none is asked for now).
-	stamp string
+	// stamp is the driver to ask for an address ("" when none is asked for now), and
+	// stampClass the class it provisions from (AnnotationResolvedClass).
+	stamp, stampClass string
 	// status is the claim's status as it should be if no bind happens; statusChanges says it
 	// differs from the claim's.
 	status        ipamv1.IPAddressClaimStatus
@@ -212,8 +215,9 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 			p.plans = append(p.plans, plan)
 		case w == nil && plan.provisioner != "":
 			// Nothing to bind: the driver must provision.
-			if claim.Annotations[ipamv1.AnnotationProvisioner] != plan.provisioner {
-				p.stamp = plan.provisioner
+			if claim.Annotations[ipamv1.AnnotationProvisioner] != plan.provisioner ||
+				claim.Annotations[ipamv1.AnnotationResolvedClass] != plan.class {
+				p.stamp, p.stampClass = plan.provisioner, plan.class
 			}
 			w = &waiting{ipamv1.ReasonWaitingForAddress,
 				fmt.Sprintf("waiting for driver %s to provision an %s address of class %s", plan.provisioner, fam, plan.class)}
@@ -233,7 +237,10 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 }
 
 func (r *ClaimReconciler) quietWait() time.Duration {
-	if r.QuietWait > 0 {
+	switch {
+	case r.QuietWait < 0:
+		return 0 // off
+	case r.QuietWait > 0:
 		return r.QuietWait
 	}
 	return quietWait
@@ -248,6 +255,7 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		controllerutil.AddFinalizer(claim, ipamv1.FinalizerClaim)
 		if p.stamp != "" {
 			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, p.stamp)
+			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationResolvedClass, p.stampClass)
 		}
 		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
@@ -455,7 +463,8 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 }
 
 // resolveClass finds the claim's class: spec.className, else the sticky status.className, else
-// the class of the address it names, else the default class.
+// the class of the address it names, else the class it resolved to when it asked a driver
+// (AnnotationResolvedClass, sticky until the status records it), else the default class.
 func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddressClaim, named *ipamv1.IPAddress) (*ipamv1.IPAddressClass, *waiting, error) {
 	name := claim.Spec.ClassName
 	if name == "" {
@@ -463,6 +472,9 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 	}
 	if name == "" && named != nil {
 		name = named.Spec.ClassName
+	}
+	if name == "" {
+		name = claim.Annotations[ipamv1.AnnotationResolvedClass]
 	}
 	if name == "" {
 		var classes ipamv1.IPAddressClassList
@@ -545,8 +557,8 @@ func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1
 	}
 	if st.ClassName == "" && out.phase == ipamv1.ClaimBound {
 		// Bound without a status written before (quietUntil): the class is the one the claim
-		// names, else that of the addresses its driver made for the default class.
-		st.ClassName = claim.Spec.ClassName
+		// names, else the one it resolved to when it asked its driver, else its addresses'.
+		st.ClassName = cmp.Or(claim.Spec.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
 		for _, f := range claim.Spec.Family.Families() {
 			if a := kept[f]; st.ClassName == "" && a != nil {
 				st.ClassName = a.Spec.ClassName

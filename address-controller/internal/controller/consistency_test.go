@@ -267,3 +267,63 @@ func TestPendingClaimIsRecheckedOnASchedule(t *testing.T) {
 		t.Fatalf("a Pending claim is re-checked after %s, want a delay in (0, 1m]", res.RequeueAfter)
 	}
 }
+
+// A claim that waits only for its driver is left as the schema defaults it (no status write)
+// until its quiet wait ends, and is looked at again when it ends, not only on the backoff; the
+// stamp carries the class it resolved, so that a driver needs no status to provision it.
+func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "quiet", noDriver, markDefault)
+	t.Cleanup(func() {
+		cls := &ipamv1.IPAddressClass{}
+		if admin.Get(context.Background(), client.ObjectKey{Name: "quiet"}, cls) == nil {
+			patch := client.MergeFrom(cls.DeepCopy())
+			cls.Annotations = nil
+			_ = admin.Patch(context.Background(), cls, patch)
+		}
+	})
+	newClaim(t, ns, "c", "", ipamv1.IPv4)
+	created := getClaim(t, ns, "c").CreationTimestamp.Time
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
+	r := claimReconciler(frozenClient(t), liveClient(t), NewMetrics(nil))
+	r.QuietWait = time.Hour
+	r.Now = func() time.Time { return created.Add(time.Hour - 5*time.Second) }
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := getClaim(t, ns, "c")
+	if c.Annotations[ipamv1.AnnotationProvisioner] != noDriver || c.Annotations[ipamv1.AnnotationResolvedClass] != "quiet" {
+		t.Fatalf("stamp %v, want provisioner %s and resolved class quiet", c.Annotations, noDriver)
+	}
+	if c.Status.Phase != ipamv1.ClaimPending || len(c.Status.Conditions) > 0 || c.Status.ClassName != "" {
+		t.Fatalf("a quiet claim's status was written: %+v", c.Status)
+	}
+	// The backoff alone would look again only after a minute (its cap, at this age).
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 5*time.Second {
+		t.Fatalf("a claim quiet for 5 s more is looked at again after %s", res.RequeueAfter)
+	}
+	// Another class becomes the default meanwhile: the claim keeps the class it resolved.
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
+	newClass(t, "quiet-newer", noDriver, markDefault)
+	t.Cleanup(func() {
+		cls := &ipamv1.IPAddressClass{}
+		if admin.Get(context.Background(), client.ObjectKey{Name: "quiet-newer"}, cls) == nil {
+			patch := client.MergeFrom(cls.DeepCopy())
+			cls.Annotations = nil
+			_ = admin.Patch(context.Background(), cls, patch)
+		}
+	})
+	r.Client = frozenClient(t) // a view with the stamp and the newer default class
+	r.Now = func() time.Time { return created.Add(time.Hour + time.Second) }
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	c = getClaim(t, ns, "c")
+	cond := meta.FindStatusCondition(c.Status.Conditions, ipamv1.ConditionBound)
+	if cond == nil || cond.Reason != ipamv1.ReasonWaitingForAddress || c.Status.ClassName != "quiet" {
+		t.Fatalf("after its quiet wait the claim says %+v, want WaitingForAddress in class quiet (the class it was stamped with, not the newer default)", c.Status)
+	}
+}

@@ -156,8 +156,9 @@ func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*i
 // quietWait is how long, by default, a claim that waits only for its driver to provision reads
 // as the API server defaults it (phase Pending, nothing else) before the core says what it waits
 // for. Most claims are Bound well within it, and so cost one status write instead of two (DESIGN
-// §5a's write budget); what a claim that waits longer waits for is said once the wait lasts.
-const quietWait = time.Minute
+// §5a's write budget); meanwhile the provisioner and resolved-class annotations, written at once,
+// say which driver and class it waits for, and the status says so once the wait lasts.
+const quietWait = 2 * time.Minute
 
 // quietUntil reports until when a claim may keep its status unwritten rather than take want:
 // only a claim whose status the core has never written (no Bound condition, no addresses) and

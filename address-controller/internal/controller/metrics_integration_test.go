@@ -40,7 +40,7 @@ func oldestPendingGauge(t *testing.T) (float64, bool) {
 func TestOldestPendingClaimGauge(t *testing.T) {
 	ns := newNamespace(t)
 	waiting := newClaim(t, ns, "waits", "no-such-class", ipamv1.IPv4)
-	waitClaimPhase(t, ns, "waits", ipamv1.ClaimPending)
+	waitClaimReason(t, ns, "waits", ipamv1.ReasonClassNotFound)
 
 	eventually(t, "the gauge to show the oldest waiting claim", func() (bool, error) {
 		var claims ipamv1.IPAddressClaimList

@@ -23,7 +23,7 @@ type Options struct {
 	// default Setup creates them over the manager's cache.
 	Metrics *Metrics
 	// QuietWait: how long a claim that waits only for its driver reads plain Pending before
-	// its status says what it waits for (0: one minute).
+	// its status says what it waits for (0: two minutes; negative: not at all).
 	QuietWait time.Duration
 }
 

@@ -449,6 +449,20 @@ func waitClaimPhase(t *testing.T, ns, name string, phase ipamv1.ClaimPhase) *ipa
 	return &c
 }
 
+// waitStamped waits until the core asked a driver for the claim's addresses (the provisioner
+// and resolved-class annotations).
+func waitStamped(t *testing.T, ns, name string) *ipamv1.IPAddressClaim {
+	t.Helper()
+	var c ipamv1.IPAddressClaim
+	eventually(t, fmt.Sprintf("claim %s/%s to be stamped", ns, name), func() (bool, error) {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return false, err
+		}
+		return c.Annotations[ipamv1.AnnotationProvisioner] != "" && c.Annotations[ipamv1.AnnotationResolvedClass] != "", nil
+	})
+	return &c
+}
+
 func waitClaimReason(t *testing.T, ns, name, reason string) *ipamv1.IPAddressClaim {
 	t.Helper()
 	var c ipamv1.IPAddressClaim

@@ -1,6 +1,7 @@
 package driverkit
 
 import (
+	"cmp"
 	"context"
 	"net/netip"
 	"slices"
@@ -33,44 +34,33 @@ const (
 )
 
 // NeedsProvisioning reports whether a claim waits for the named driver to provision: the core
-// stamped it with the driver's name, and it is neither settled nor going. Which class it
-// provisions from is ClaimClass's to say.
+// stamped it with the driver's name and the class it resolved (ClaimClass), it names no
+// particular address (the core binds that one or says why not), and it is neither settled nor
+// going.
 func NeedsProvisioning(claim *ipamv1.IPAddressClaim, provisioner string) bool {
 	return claim.Annotations[ipamv1.AnnotationProvisioner] == provisioner &&
+		ClaimClass(claim) != "" && claim.Spec.AddressName == "" &&
 		claim.DeletionTimestamp == nil &&
 		claim.Status.Phase != ipamv1.ClaimBound &&
 		claim.Status.Phase != ipamv1.ClaimLost
 }
 
-// ClaimClass names the class a claim's addresses come from, resolved as the core resolves it:
-// the class its spec names, else the one the core recorded in its status, else the default class
-// among classes ("" when none resolves). The core leaves the status of a claim that waits only for
-// its driver unwritten for a while (DESIGN §5a's write budget), so a driver cannot wait for it.
-func ClaimClass(claim *ipamv1.IPAddressClaim, classes []ipamv1.IPAddressClass) string {
-	switch {
-	case claim.Spec.ClassName != "":
-		return claim.Spec.ClassName
-	case claim.Status.ClassName != "":
-		return claim.Status.ClassName
-	}
-	if def, _ := PickMarkedClass(classes, ipamv1.AnnotationDefaultClass); def != nil {
-		return def.Name
-	}
-	return ""
+// ClaimClass names the class a driver provisions a claim from: the class its spec names, else
+// the one the core recorded in its status, else the one the core resolved when it stamped the
+// claim (AnnotationResolvedClass: the core leaves the status of a claim that waits only for its
+// driver unwritten for a while, DESIGN §5a's write budget). "" when the core resolved none yet.
+// A driver never resolves a default class itself: the core's resolution is sticky, the current
+// default may have changed since.
+func ClaimClass(claim *ipamv1.IPAddressClaim) string {
+	return cmp.Or(claim.Spec.ClassName, claim.Status.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
 }
 
-// ClassOfClaim reads the class ClaimClass resolves for a claim (listing the classes only when
-// the claim names none); nil when none resolves or it does not exist.
+// ClassOfClaim reads the class ClaimClass names for a claim; nil when it names none or the class
+// does not exist.
 func ClassOfClaim(ctx context.Context, r client.Reader, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddressClass, error) {
-	name := ClaimClass(claim, nil)
+	name := ClaimClass(claim)
 	if name == "" {
-		var classes ipamv1.IPAddressClassList
-		if err := r.List(ctx, &classes); err != nil {
-			return nil, err
-		}
-		if name = ClaimClass(claim, classes.Items); name == "" {
-			return nil, nil
-		}
+		return nil, nil
 	}
 	var class ipamv1.IPAddressClass
 	if err := r.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
@@ -175,15 +165,10 @@ func ClaimOfAddress(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // ClaimsWaitingForClass maps a class event to the claims waiting for that class, through the
-// index.ClaimWaitingForClass field index (register it with index.Setup); for a default class,
-// also the claims that name no class.
+// index.ClaimWaitingForClass field index (register it with index.Setup).
 func ClaimsWaitingForClass(r client.Reader) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		reqs, _ := index.ClaimsWaitingFor(ctx, r, o.GetName())
-		if o.GetAnnotations()[ipamv1.AnnotationDefaultClass] == "true" {
-			more, _ := index.ClaimsWaitingFor(ctx, r, "")
-			reqs = append(reqs, more...)
-		}
 		return reqs
 	}
 }

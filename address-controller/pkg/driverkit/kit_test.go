@@ -26,6 +26,10 @@ func TestNeedsProvisioning(t *testing.T) {
 	deleting.DeletionTimestamp = &now
 	noClass := claim("1", ipamv1.ClaimPending, ipamv1.IPv4, "me")
 	noClass.Status.ClassName = ""
+	stampedClass := noClass.DeepCopy()
+	stampedClass.Annotations[ipamv1.AnnotationResolvedClass] = "k"
+	named := claim("1", ipamv1.ClaimPending, ipamv1.IPv4, "me")
+	named.Spec.AddressName = "ip-203-0-113-1"
 	for _, tc := range []struct {
 		name  string
 		claim *ipamv1.IPAddressClaim
@@ -38,7 +42,9 @@ func TestNeedsProvisioning(t *testing.T) {
 		{"bound", claim("1", ipamv1.ClaimBound, ipamv1.IPv4, "me"), false},
 		{"lost", claim("1", ipamv1.ClaimLost, ipamv1.IPv4, "me"), false},
 		{"deleting", deleting, false},
-		{"class not recorded yet", noClass, true},
+		{"no class resolved (stamped by hand)", noClass, false},
+		{"class in the stamp, status not written yet", stampedClass, true},
+		{"names an address (the core binds it or says why not)", named, false},
 	} {
 		if got := NeedsProvisioning(tc.claim, "me"); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
@@ -135,34 +141,28 @@ func TestRecheck(t *testing.T) {
 	}
 }
 
-// ClaimClass resolves as the core does: spec, then the status's sticky class, then the default
-// (the newest marked class not being deleted).
+// ClaimClass follows the core's record: spec, then the status's sticky class, then the class
+// the core stamped with the provisioner; never a default of its own.
 func TestClaimClass(t *testing.T) {
-	def := map[string]string{ipamv1.AnnotationDefaultClass: "true"}
-	old := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "old", Annotations: def, CreationTimestamp: metav1.Unix(100, 0)}}
-	newer := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "newer", Annotations: def, CreationTimestamp: metav1.Unix(200, 0)}}
-	now := metav1.Now()
-	dying := newer
-	dying.DeletionTimestamp = &now
-	plain := ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
-	withSpec := func(spec, status string) *ipamv1.IPAddressClaim {
-		return &ipamv1.IPAddressClaim{Spec: ipamv1.IPAddressClaimSpec{ClassName: spec}, Status: ipamv1.IPAddressClaimStatus{ClassName: status}}
+	claim := func(spec, status, stamped string) *ipamv1.IPAddressClaim {
+		c := &ipamv1.IPAddressClaim{Spec: ipamv1.IPAddressClaimSpec{ClassName: spec}, Status: ipamv1.IPAddressClaimStatus{ClassName: status}}
+		if stamped != "" {
+			c.Annotations = map[string]string{ipamv1.AnnotationResolvedClass: stamped}
+		}
+		return c
 	}
 	for _, tc := range []struct {
-		name    string
-		claim   *ipamv1.IPAddressClaim
-		classes []ipamv1.IPAddressClass
-		want    string
+		name  string
+		claim *ipamv1.IPAddressClaim
+		want  string
 	}{
-		{"spec", withSpec("k", ""), []ipamv1.IPAddressClass{old}, "k"},
-		{"spec before status", withSpec("k", "other"), nil, "k"},
-		{"sticky status before the default", withSpec("", "k"), []ipamv1.IPAddressClass{newer}, "k"},
-		{"default", withSpec("", ""), []ipamv1.IPAddressClass{plain, old}, "old"},
-		{"newest default", withSpec("", ""), []ipamv1.IPAddressClass{old, newer}, "newer"},
-		{"a default being deleted does not count", withSpec("", ""), []ipamv1.IPAddressClass{old, dying}, "old"},
-		{"no default", withSpec("", ""), []ipamv1.IPAddressClass{plain}, ""},
+		{"spec", claim("k", "", ""), "k"},
+		{"spec before the rest", claim("k", "other", "third"), "k"},
+		{"status before the stamp", claim("", "k", "other"), "k"},
+		{"the stamp (status not written yet)", claim("", "", "k"), "k"},
+		{"nothing resolved yet", claim("", "", ""), ""},
 	} {
-		if got := ClaimClass(tc.claim, tc.classes); got != tc.want {
+		if got := ClaimClass(tc.claim); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
 	}

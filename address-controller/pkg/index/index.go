@@ -100,6 +100,8 @@ func claimWaitingForClass(o client.Object) []string {
 		return []string{c.Spec.ClassName}
 	case c.Status.ClassName != "":
 		return []string{c.Status.ClassName}
+	case c.Annotations[ipamv1.AnnotationResolvedClass] != "":
+		return []string{c.Annotations[ipamv1.AnnotationResolvedClass]}
 	}
 	return []string{""}
 }

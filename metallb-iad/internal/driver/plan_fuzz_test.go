@@ -164,15 +164,15 @@ func fuzzProvisionView(data []byte) provisionView {
 		}
 		if c.yes(8) {
 			// The core has not written the status yet (it leaves a claim that only waits for
-			// its driver quiet): the class is the default one, when v.class is marked so.
+			// its driver quiet): the class is the one it stamped, if any.
 			claim.Status.ClassName = ""
+			if c.yes(2) {
+				metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationResolvedClass, "k")
+			}
 		}
 		claim.DeletionTimestamp = c.deleted()
 		v.claim = claim
 		v.class = fuzzClass(c)
-		if v.class != nil && c.yes(2) {
-			v.class.Annotations = map[string]string{ipamv1.AnnotationDefaultClass: "true"}
-		}
 	}
 	used, served := map[string]bool{}, map[netip.Addr]bool{}
 	for range c.n(5) {
@@ -190,6 +190,11 @@ func fuzzProvisionView(data []byte) provisionView {
 		s.CreationTimestamp = c.age()
 		s.Labels = map[string]string{LabelRole: RoleProvisioning, LabelClaimUID: uid, LabelFamily: string(fam)}
 		s.Annotations[AnnotationClaim] = "t/c"
+		// Made for this class's pool, or for another class the claim resolved to before.
+		s.Annotations[metallb.AnnotationAddressPool] = "p"
+		if c.yes(8) {
+			s.Annotations[metallb.AnnotationAddressPool] = "elsewhere"
+		}
 		if c.yes(3) {
 			s.Annotations[AnnotationNudge] = fuzzNow.Add(-time.Duration(c.n(120)) * time.Second).Format(time.RFC3339Nano)
 		}
@@ -303,17 +308,26 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 			}
 		}
 	}
-	// The claim's class as the core resolves it: its spec's, its status's, else the default.
+	// The claim's class as the core recorded it: its spec's, its status's, else the stamp's.
 	resolved := ""
 	if claim != nil {
-		resolved = cmp.Or(claim.Spec.ClassName, claim.Status.ClassName)
-		if resolved == "" && v.class != nil && v.class.Annotations[ipamv1.AnnotationDefaultClass] == "true" {
-			resolved = v.class.Name
-		}
+		resolved = cmp.Or(claim.Spec.ClassName, claim.Status.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
 	}
 	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) && v.class.Name == resolved
 	if !needs && (len(p.create) > 0 || len(p.settle) > 0) {
 		t.Fatalf("claim needs no provisioning, yet the plan creates %v and settles %d", names(p.create), len(p.settle))
+	}
+	// An address is made only from a placeholder that asked the class's pool, and a placeholder
+	// is created only for it.
+	for _, st := range p.settle {
+		if got := st.svc.Annotations[metallb.AnnotationAddressPool]; got != v.class.Spec.Parameters[ClassParameterPool] {
+			t.Fatalf("settles placeholder %s of pool %q as an address of class %s (pool %q)", st.svc.Name, got, v.class.Name, v.class.Spec.Parameters[ClassParameterPool])
+		}
+	}
+	for _, s := range p.create {
+		if got := s.Annotations[metallb.AnnotationAddressPool]; got != v.class.Spec.Parameters[ClassParameterPool] {
+			t.Fatalf("creates placeholder %s for pool %q, the class's is %q", s.Name, got, v.class.Spec.Parameters[ClassParameterPool])
+		}
 	}
 	// Per family: at most one placeholder of this claim's uid left provisioning, or created.
 	gone := map[string]bool{}

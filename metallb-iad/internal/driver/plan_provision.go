@@ -77,12 +77,15 @@ func planProvision(v provisionView) provisionPlan {
 	var p provisionPlan
 	claim := v.claim
 	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) &&
-		v.class.Name == driverkit.ClaimClass(claim, []ipamv1.IPAddressClass{*v.class})
+		v.class.Name == driverkit.ClaimClass(claim)
 	kept := map[ipamv1.IPFamily]*corev1.Service{}
 	for _, s := range sortedByName(v.placeholders) {
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		// Kept only while it asks the class's pool: one made for another class (the claim's
+		// resolution changed under it) would settle an address outside the class's pool.
 		if needs && s.Labels[LabelClaimUID] == string(claim.UID) && !v.have[fam] &&
-			slices.Contains(claim.Spec.Family.Families(), fam) && kept[fam] == nil {
+			slices.Contains(claim.Spec.Family.Families(), fam) && kept[fam] == nil &&
+			s.Annotations[metallb.AnnotationAddressPool] == v.class.Spec.Parameters[ClassParameterPool] {
 			kept[fam] = s
 			continue
 		}

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func provisioning(claimUID string, fam ipamv1.IPFamily, ingress ...string) *core
 	s := svc(testDriverNS, ProvisioningName(claimUID, fam, 0), "p-"+claimUID+string(fam), ingress...)
 	s.Labels = map[string]string{LabelRole: RoleProvisioning, LabelClaimUID: claimUID, LabelFamily: string(fam)}
 	s.Annotations[AnnotationClaim] = "t/c"
+	s.Annotations[metallb.AnnotationAddressPool] = "p"
 	return s
 }
 
