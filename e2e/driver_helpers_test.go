@@ -107,7 +107,8 @@ func deleteClassAndAddresses(t *testing.T, c client.Client, class string) {
 		var claims ipamv1.IPAddressClaimList
 		_ = c.List(ctx, &claims)
 		for i := range claims.Items {
-			if claims.Items[i].Status.ClassName == class || claims.Items[i].Spec.ClassName == class {
+			if cl := &claims.Items[i]; cl.Status.ClassName == class || cl.Spec.ClassName == class ||
+				cl.Annotations[ipamv1.AnnotationResolvedClass] == class {
 				_ = c.Delete(ctx, &claims.Items[i])
 			}
 		}
