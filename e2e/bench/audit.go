@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"sort"
@@ -134,6 +135,12 @@ func ReadWrites(path string, start, end int64) ([]Write, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if st.Size() < max(start, end) {
+		return nil, fmt.Errorf("%s is %d bytes, shorter than offset %d: the apiserver rotated it (raise its --audit-log-maxsize)",
+			path, st.Size(), max(start, end))
+	}
 	return parseWrites(f, start, end)
 }
 

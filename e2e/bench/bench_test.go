@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -414,4 +416,21 @@ func TestTrackerRecordsEachObjectOnceAndOnlyItsOwn(t *testing.T) {
 		t.Errorf("completion times %v, want two, sorted", times)
 	}
 	tr.observe(svc(Namespace, "plain-00002", "198.18.0.5")) // after the end: ignored, no panic
+}
+
+// Offsets past the end of the audit log mean the apiserver rotated it under the run: a clear
+// error, not a bare EOF.
+func TestReadWritesSaysTheAuditLogWasRotated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	line := auditLineJSON("system:serviceaccount:cozy-metallb-iad:metallb-iad", "create", "services", "", 201, "2026-11-30T10:00:00.000000Z") + "\n"
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := ReadWrites(path, 0, int64(len(line))); err != nil || len(w) != 1 {
+		t.Fatalf("reading the whole file: %d writes, %v", len(w), err)
+	}
+	_, err := ReadWrites(path, 0, int64(len(line))+1000)
+	if err == nil || !strings.Contains(err.Error(), "rotated") {
+		t.Fatalf("reading past the end: %v, want an error saying the log was rotated", err)
+	}
 }
