@@ -8,10 +8,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 const coreAddressFinalizer = "local.sdn.cozystack.io/address-protection"
@@ -141,4 +146,88 @@ func TestCoreAdmissionAndDefaultsOnTheAPIServer(t *testing.T) {
 	if got, err = claims.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil || phase(got) != "Bound" {
 		t.Fatalf("writing the status: %v (phase %q)", err, phase(got))
 	}
+
+	stampPolicy(ctx, t, cp.Client, dyn, cp.Impersonate)
+}
+
+// stampPolicy: the claim's provisioner and resolved-class annotations are the core's. A tenant
+// may not set them on a new claim, nor add, change or (before the status records the class)
+// remove them; the core's ServiceAccount and admins may; a write that leaves them alone passes.
+func stampPolicy(ctx context.Context, t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, as func(string, ...string) *rest.Config) {
+	t.Helper()
+	const ns = "tenant-stamp"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "claims"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"local.sdn.cozystack.io"}, Resources: []string{"ipaddressclaims"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "claims"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client := func(cfg *rest.Config) dynamic.ResourceInterface {
+		d, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Resource(claimGVR).Namespace(ns)
+	}
+	alice := client(as("alice", "system:authenticated"))
+	core := client(as("system:serviceaccount:cozy-address-controller:address-controller", "system:serviceaccounts", "system:authenticated"))
+	adminClaims := dyn.Resource(claimGVR).Namespace(ns)
+	claim := func(name string, ann map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddressClaim",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"family": "IPv4"}}}
+		u.SetAnnotations(ann)
+		return u
+	}
+	stamp := map[string]string{"local.sdn.cozystack.io/provisioner": "metallb.drivers.local.sdn.cozystack.io",
+		"local.sdn.cozystack.io/resolved-class": "public"}
+	patch := func(c dynamic.ResourceInterface, name, body string) error {
+		_, err := c.Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	// The policy reaches admission through an informer.
+	eventually(t, 30*time.Second, "the stamp policy to refuse a tenant's stamp", func() (bool, error) {
+		_, err := alice.Create(ctx, claim("probe", stamp), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "address-controller"), err
+	})
+	wantDenied := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "may not") {
+			t.Errorf("%s: %v, want it refused by address-controller-claim-stamp", what, err)
+		}
+	}
+	wantAdmitted := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v, want it admitted", what, err)
+		}
+	}
+	_, err := alice.Create(ctx, claim("stamped", stamp), metav1.CreateOptions{})
+	wantDenied("a tenant creating a stamped claim", err)
+	_, err = alice.Create(ctx, claim("web", map[string]string{"team": "a"}), metav1.CreateOptions{})
+	wantAdmitted("a tenant creating a plain claim", err)
+	wantDenied("a tenant stamping a class", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":"premium"}}}`))
+	wantAdmitted("the core stamping", patch(core, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/provisioner":"metallb.drivers.local.sdn.cozystack.io","local.sdn.cozystack.io/resolved-class":"public"}}}`))
+	wantAdmitted("a tenant changing another annotation", patch(alice, "web", `{"metadata":{"annotations":{"team":"b"}}}`))
+	wantDenied("a tenant changing the resolved class", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":"premium"}}}`))
+	wantDenied("a tenant removing the stamp before the class is recorded", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":null}}}`))
+	wantAdmitted("an admin changing the stamp", patch(adminClaims, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":"private"}}}`))
+	// Once the status records the class, the stamp decides nothing: it may go.
+	got, err := adminClaims.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(got.Object, "private", "status", "className"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminClaims.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantDenied("a tenant changing the stamp of a recorded claim", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":"premium"}}}`))
+	wantAdmitted("a tenant removing the stamp of a recorded claim", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":null,"local.sdn.cozystack.io/provisioner":null}}}`))
 }

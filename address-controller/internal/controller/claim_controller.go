@@ -201,7 +201,7 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 		if sorted.kept[fam] != nil || !mayBind(claim) {
 			continue
 		}
-		plan, err := r.planFamily(ctx, claim, fam)
+		plan, err := r.planFamily(ctx, claim, fam, keptClass(claim, sorted.kept))
 		if err != nil {
 			return claimPass{}, err
 		}
@@ -381,7 +381,7 @@ type familyPlan struct {
 // planFamily finds, from the cache, what one missing family of a claim can bind: the address
 // named by spec.addressName, or the Available addresses of the claim's class; otherwise the
 // driver to ask, or why the claim waits. It writes nothing.
-func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily) (familyPlan, error) {
+func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily, bound string) (familyPlan, error) {
 	var named *ipamv1.IPAddress
 	if claim.Spec.AddressName != "" {
 		named = &ipamv1.IPAddress{}
@@ -393,7 +393,7 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 			return familyPlan{}, err
 		}
 	}
-	class, w, err := r.resolveClass(ctx, claim, named)
+	class, w, err := r.resolveClass(ctx, claim, named, bound)
 	if err != nil || class == nil {
 		return familyPlan{wait: w}, err
 	}
@@ -463,9 +463,11 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 }
 
 // resolveClass finds the claim's class: spec.className, else the sticky status.className, else
-// the class of the address it names, else the class it resolved to when it asked a driver
-// (AnnotationResolvedClass, sticky until the status records it), else the default class.
-func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddressClaim, named *ipamv1.IPAddress) (*ipamv1.IPAddressClass, *waiting, error) {
+// the class of the address it names, else that of an address it already has for another family,
+// else the class it resolved to when it asked a driver (AnnotationResolvedClass, sticky until the
+// status records it), else the default class. A class known only from that annotation that is
+// gone or going is resolved again, since nothing of it is bound yet.
+func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddressClaim, named *ipamv1.IPAddress, bound string) (*ipamv1.IPAddressClass, *waiting, error) {
 	name := claim.Spec.ClassName
 	if name == "" {
 		name = claim.Status.ClassName
@@ -474,7 +476,16 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 		name = named.Spec.ClassName
 	}
 	if name == "" {
-		name = claim.Annotations[ipamv1.AnnotationResolvedClass]
+		name = bound
+	}
+	if stamped := claim.Annotations[ipamv1.AnnotationResolvedClass]; name == "" && stamped != "" {
+		var class ipamv1.IPAddressClass
+		switch err := r.Client.Get(ctx, types.NamespacedName{Name: stamped}, &class); {
+		case err == nil && class.DeletionTimestamp == nil:
+			return &class, nil, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, nil, err
+		}
 	}
 	if name == "" {
 		var classes ipamv1.IPAddressClassList
@@ -547,6 +558,16 @@ func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAdd
 
 // claimStatus is the status the claim should have with the addresses it keeps: decideClaimStatus
 // applied to the claim's status (class, phase, addresses, Bound condition).
+// keptClass is the class of the claim's kept addresses ("" when none), in family order.
+func keptClass(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*ipamv1.IPAddress) string {
+	for _, f := range claim.Spec.Family.Families() {
+		if a := kept[f]; a != nil {
+			return a.Spec.ClassName
+		}
+	}
+	return ""
+}
+
 func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1.IPFamily]*ipamv1.IPAddress, wait *waiting) ipamv1.IPAddressClaimStatus {
 	out := decideClaimStatus(claim, kept, wait)
 	st := *claim.Status.DeepCopy()
@@ -557,13 +578,8 @@ func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1
 	}
 	if st.ClassName == "" && out.phase == ipamv1.ClaimBound {
 		// Bound without a status written before (quietUntil): the class is the one the claim
-		// names, else the one it resolved to when it asked its driver, else its addresses'.
-		st.ClassName = cmp.Or(claim.Spec.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
-		for _, f := range claim.Spec.Family.Families() {
-			if a := kept[f]; st.ClassName == "" && a != nil {
-				st.ClassName = a.Spec.ClassName
-			}
-		}
+		// names, else its addresses', else the one it resolved to when it asked its driver.
+		st.ClassName = cmp.Or(claim.Spec.ClassName, keptClass(claim, kept), claim.Annotations[ipamv1.AnnotationResolvedClass])
 	}
 	status := metav1.ConditionFalse
 	if out.phase == ipamv1.ClaimBound {

@@ -327,3 +327,50 @@ func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
 		t.Fatalf("after its quiet wait the claim says %+v, want WaitingForAddress in class quiet (the class it was stamped with, not the newer default)", c.Status)
 	}
 }
+
+// The stamp follows what the claim already has: a Dual claim whose IPv4 address is of class A
+// asks its driver for the IPv6 one from A, whatever the resolved-class annotation said (a tenant
+// edit, or a stamp from before). And a stamped class that has been deleted since, with nothing of
+// it bound, is resolved afresh (the default now), instead of leaving the claim waiting for a class
+// that will not come back.
+func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "kept-a", noDriver)
+	newClass(t, "kept-b", noDriver)
+	dual := newClaim(t, ns, "dual", "", ipamv1.Dual, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: noDriver, ipamv1.AnnotationResolvedClass: "kept-b"}
+	})
+	newAddress(t, "203.0.113.120", "kept-a", &ipamv1.ClaimReference{Namespace: ns, Name: "dual", UID: getClaim(t, ns, "dual").UID})
+
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision: the newest default wins
+	newClass(t, "fresh-default", noDriver, markDefault)
+	t.Cleanup(func() {
+		cls := &ipamv1.IPAddressClass{}
+		if admin.Get(context.Background(), client.ObjectKey{Name: "fresh-default"}, cls) == nil {
+			patch := client.MergeFrom(cls.DeepCopy())
+			cls.Annotations = nil
+			_ = admin.Patch(context.Background(), cls, patch)
+		}
+	})
+	orphan := newClaim(t, ns, "orphan", "", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: "gone.drivers.example.com", ipamv1.AnnotationResolvedClass: "gone-class"}
+	})
+
+	r := claimReconciler(frozenClient(t), liveClient(t), NewMetrics(nil))
+	for _, c := range []*ipamv1.IPAddressClaim{dual, orphan} {
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := getClaim(t, ns, "dual").Annotations[ipamv1.AnnotationResolvedClass]; got != "kept-a" {
+		t.Errorf("the Dual claim with an IPv4 address of kept-a is stamped for class %q, want kept-a", got)
+	}
+	got := getClaim(t, ns, "orphan").Annotations
+	if got[ipamv1.AnnotationResolvedClass] != "fresh-default" || got[ipamv1.AnnotationProvisioner] != noDriver {
+		t.Errorf("a claim stamped for a deleted class is stamped %v, want the default fresh-default and its provisioner", got)
+	}
+}

@@ -384,7 +384,7 @@ func newAddress(t *testing.T, ip, class string, ref *ipamv1.ClaimReference) *ipa
 	return a
 }
 
-// suiteQuietWait replaces the minute a claim waiting for its driver stays quiet (quietWait), so
+// suiteQuietWait replaces the two minutes a claim waiting for its driver stays quiet (quietWait), so
 // that tests which wait for a claim to say WaitingForAddress do not wait a minute each; the
 // drivers of this suite bind well within it.
 const suiteQuietWait = 8 * time.Second

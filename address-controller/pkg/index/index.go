@@ -23,7 +23,8 @@ const (
 	// AddressReleasedByClass keys a Released IPAddress by its class (for releaseDelay changes).
 	AddressReleasedByClass = "ipam.addressReleasedByClass"
 	// ClaimWaitingForClass keys a claim that is not Bound by the class it waits for: its
-	// spec.className, else its status.className, else "" (waiting for a default class).
+	// spec.className, else its status.className, else the class the core stamped it with
+	// (resolved-class annotation), else "" (waiting for a default class).
 	ClaimWaitingForClass = "ipam.claimWaitingForClass"
 )
 

@@ -75,6 +75,9 @@ func (d *Driver) sweepPeriodically(ctx context.Context) error {
 		if err := d.sweepReleases(ctx); err != nil {
 			log.FromContext(ctx).Error(err, "sweeping expired release Services")
 		}
+		if err := d.sweepPlaceholders(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "waking the claims of provisioning placeholders")
+		}
 	}
 }
 
@@ -112,6 +115,33 @@ func (d *Driver) sweepOrphans(ctx context.Context) error {
 			if err := d.deleteService(ctx, s); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// sweepPlaceholders brings the claim of every provisioning placeholder older than a sweep
+// period back to the claim reconciler, which keeps, settles or retires it (planProvision): a
+// placeholder left over when its claim was bound, deleted or re-resolved and that event was
+// missed would otherwise keep an IP of the pool until the next event (DESIGN §5a).
+func (d *Driver) sweepPlaceholders(ctx context.Context) error {
+	var list corev1.ServiceList
+	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleProvisioning}); err != nil {
+		return err
+	}
+	woken := map[string]bool{}
+	for _, s := range d.live(list.Items) {
+		key := s.Annotations[AnnotationClaim]
+		ns, name, ok := splitKey(key)
+		if !ok || woken[key] || d.now().Sub(s.CreationTimestamp.Time) < d.SweepEvery {
+			continue
+		}
+		woken[key] = true
+		ev := ctrlevent.TypedGenericEvent[client.Object]{Object: &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+		select {
+		case d.wakeClaims <- ev:
+		case <-ctx.Done():
+			return nil
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,8 @@ func (d *Driver) setupClaims(mgr ctrl.Manager) error {
 		// A class that becomes Accepted releases the claims waiting for it.
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimsWaitingForClass(d.client)),
 			builder.WithPredicates(ownClass(), classChanged())).
+		// The periodic sweep brings back the claims that still have provisioning placeholders.
+		WatchesRawSource(source.Channel(d.wakeClaims, &handler.EnqueueRequestForObject{})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileClaim))
 }
@@ -49,6 +52,9 @@ func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconc
 
 // reconcileClaim: snapshot → planProvision → writes.
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if drop := d.dropClaim.Load(); drop != nil && *drop == req.String() {
+		return reconcile.Result{}, nil
+	}
 	v, err := d.provisionSnapshot(ctx, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err

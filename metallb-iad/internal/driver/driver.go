@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,12 @@ type Driver struct {
 	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
 	// periodic sweep alone).
 	eventSweepOff atomic.Bool
+	// dropClaim, when set, is a claim key ("namespace/name") whose passes are dropped as if
+	// their events were lost (tests of the periodic sweep).
+	dropClaim atomic.Pointer[string]
+	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
+	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
+	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]
 }
 
 // SetupWithManager registers the indexes and every controller of the driver.
@@ -81,6 +88,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if d.ReleaseAfter == 0 {
 		d.ReleaseAfter = DefaultReleaseAfter
 	}
+	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
 	d.stale = newStaleMemory()
 	d.cleared = newClearMemory()
 	if d.SweepEvery == 0 {
