@@ -120,6 +120,12 @@ func TestSecureMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Ready (the probe server) does not mean the metrics server listens yet: it starts as a
+	// runnable of its own, after its authentication and authorization are set up.
+	eventually(t, 30*time.Second, "the metrics endpoint to listen", func() (bool, error) {
+		_, _, err := scrape(url, "")
+		return err == nil, err
+	})
 	if code, body, err := scrape(url, ""); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("no token: status %d (%v), want 401; body %.200s", code, err, body)
 	}

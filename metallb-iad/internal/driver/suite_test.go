@@ -239,8 +239,15 @@ func sweepEvery() time.Duration {
 
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
+	eventuallyWithin(t, 20*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with its own limit, for a wait on many objects (on a loaded
+// machine, as under make test, they take a few times as long as alone).
+func eventuallyWithin(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
 	var last error
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, limit, true,
 		func(context.Context) (bool, error) {
 			ok, err := cond()
 			last = err
