@@ -40,7 +40,8 @@ func ipAddress(name, ip string, finalizers ...string) *unstructured.Unstructured
 // created, next to the creator's own, exactly once, so that the core need not patch it on (DESIGN
 // §5a's write budget). And the claim CRD's schema default makes a claim the core has not written
 // yet read as Pending, in a read and in a watch, which lets the core leave a claim that only
-// waits for its driver unwritten.
+// waits for its driver unwritten. Its stamp policy keeps the claim annotations that decide the
+// driver and class (the stamp) the core's (stampPolicy).
 func TestCoreAdmissionAndDefaultsOnTheAPIServer(t *testing.T) {
 	cp := startAPIServer(t)
 	ctx := context.Background()

@@ -276,14 +276,7 @@ func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
 	stopCore(t)
 	ns := newNamespace(t)
 	newClass(t, "quiet", noDriver, markDefault)
-	t.Cleanup(func() {
-		cls := &ipamv1.IPAddressClass{}
-		if admin.Get(context.Background(), client.ObjectKey{Name: "quiet"}, cls) == nil {
-			patch := client.MergeFrom(cls.DeepCopy())
-			cls.Annotations = nil
-			_ = admin.Patch(context.Background(), cls, patch)
-		}
-	})
+	unmarkOnCleanup(t, "quiet")
 	newClaim(t, ns, "c", "", ipamv1.IPv4)
 	created := getClaim(t, ns, "c").CreationTimestamp.Time
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
@@ -308,14 +301,7 @@ func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
 	// Another class becomes the default meanwhile: the claim keeps the class it resolved.
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision
 	newClass(t, "quiet-newer", noDriver, markDefault)
-	t.Cleanup(func() {
-		cls := &ipamv1.IPAddressClass{}
-		if admin.Get(context.Background(), client.ObjectKey{Name: "quiet-newer"}, cls) == nil {
-			patch := client.MergeFrom(cls.DeepCopy())
-			cls.Annotations = nil
-			_ = admin.Patch(context.Background(), cls, patch)
-		}
-	})
+	unmarkOnCleanup(t, "quiet-newer")
 	r.Client = frozenClient(t) // a view with the stamp and the newer default class
 	r.Now = func() time.Time { return created.Add(time.Hour + time.Second) }
 	if _, err := r.Reconcile(ctx, req); err != nil {
@@ -347,14 +333,7 @@ func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *test
 
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision: the newest default wins
 	newClass(t, "fresh-default", noDriver, markDefault)
-	t.Cleanup(func() {
-		cls := &ipamv1.IPAddressClass{}
-		if admin.Get(context.Background(), client.ObjectKey{Name: "fresh-default"}, cls) == nil {
-			patch := client.MergeFrom(cls.DeepCopy())
-			cls.Annotations = nil
-			_ = admin.Patch(context.Background(), cls, patch)
-		}
-	})
+	unmarkOnCleanup(t, "fresh-default")
 	orphan := newClaim(t, ns, "orphan", "", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
 		c.Finalizers = []string{ipamv1.FinalizerClaim}
 		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: "gone.drivers.example.com", ipamv1.AnnotationResolvedClass: "gone-class"}
@@ -373,4 +352,17 @@ func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *test
 	if got[ipamv1.AnnotationResolvedClass] != "fresh-default" || got[ipamv1.AnnotationProvisioner] != noDriver {
 		t.Errorf("a claim stamped for a deleted class is stamped %v, want the default fresh-default and its provisioner", got)
 	}
+}
+
+// unmarkOnCleanup takes the default mark off a class when the test ends, so that later tests'
+// claims without a class do not resolve to it.
+func unmarkOnCleanup(t *testing.T, class string) {
+	t.Cleanup(func() {
+		cls := &ipamv1.IPAddressClass{}
+		if admin.Get(context.Background(), client.ObjectKey{Name: class}, cls) == nil {
+			patch := client.MergeFrom(cls.DeepCopy())
+			cls.Annotations = nil
+			_ = admin.Patch(context.Background(), cls, patch)
+		}
+	})
 }
