@@ -19,7 +19,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-const coreAddressFinalizer = "local.sdn.cozystack.io/address-protection"
+const (
+	coreAddressFinalizer = "local.sdn.cozystack.io/address-protection"
+	// restorer is a backup tool's identity, listed in stampPolicy.allowedUsernames.
+	restorer = "system:serviceaccount:cozy-velero:velero"
+)
 
 var (
 	addressGVR = schema.GroupVersionResource{Group: "local.sdn.cozystack.io", Version: "v1alpha1", Resource: "ipaddresses"}
@@ -53,7 +57,8 @@ func TestCoreAdmissionAndDefaultsOnTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := Apply(ctx, cp.Kubeconfig, ns, "address-controller", c, map[string]any{"deploy": false})
+	rel, err := Apply(ctx, cp.Kubeconfig, ns, "address-controller", c, map[string]any{"deploy": false,
+		"stampPolicy": map[string]any{"allowedUsernames": []any{restorer}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +170,9 @@ func stampPolicy(ctx context.Context, t *testing.T, admin kubernetes.Interface, 
 		t.Fatal(err)
 	}
 	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "claims"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}, metav1.CreateOptions{}); err != nil {
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "claims"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: restorer}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	client := func(cfg *rest.Config) dynamic.ResourceInterface {
@@ -210,6 +216,8 @@ func stampPolicy(ctx context.Context, t *testing.T, admin kubernetes.Interface, 
 	}
 	_, err := alice.Create(ctx, claim("stamped", stamp), metav1.CreateOptions{})
 	wantDenied("a tenant creating a stamped claim", err)
+	_, err = client(as(restorer, "system:serviceaccounts", "system:authenticated")).Create(ctx, claim("restored", stamp), metav1.CreateOptions{})
+	wantAdmitted("a listed backup tool restoring a stamped claim", err)
 	_, err = alice.Create(ctx, claim("web", map[string]string{"team": "a"}), metav1.CreateOptions{})
 	wantAdmitted("a tenant creating a plain claim", err)
 	wantDenied("a tenant stamping a class", patch(alice, "web", `{"metadata":{"annotations":{"local.sdn.cozystack.io/resolved-class":"premium"}}}`))

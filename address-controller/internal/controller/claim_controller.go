@@ -226,6 +226,13 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 			p.wait = w
 		}
 	}
+	// A stamp for another class than the one resolved now (the claim already has an address of
+	// that class, or the stamped class is gone) is rewritten, also when nothing is asked of a
+	// driver this pass: a driver provisions from the stamp.
+	if stamped, by := claim.Annotations[ipamv1.AnnotationResolvedClass], claim.Annotations[ipamv1.AnnotationProvisioner]; p.stamp == "" &&
+		stamped != "" && by != "" && p.className != "" && stamped != p.className {
+		p.stamp, p.stampClass = by, p.className
+	}
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
 	if p.statusChanges {

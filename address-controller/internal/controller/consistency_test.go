@@ -315,8 +315,9 @@ func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
 }
 
 // The stamp follows what the claim already has: a Dual claim whose IPv4 address is of class A
-// asks its driver for the IPv6 one from A, whatever the resolved-class annotation said (a tenant
-// edit, or a stamp from before). And a stamped class that has been deleted since, with nothing of
+// takes its IPv6 one from A too, whatever the resolved-class annotation said (an admin's edit, or
+// a stamp from before), and the stamp is corrected even when the core binds an Available address
+// and asks no driver. And a stamped class that has been deleted since, with nothing of
 // it bound, is resolved afresh (the default now), instead of leaving the claim waiting for a class
 // that will not come back.
 func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *testing.T) {
@@ -330,6 +331,9 @@ func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *test
 		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: noDriver, ipamv1.AnnotationResolvedClass: "kept-b"}
 	})
 	newAddress(t, "203.0.113.120", "kept-a", &ipamv1.ClaimReference{Namespace: ns, Name: "dual", UID: getClaim(t, ns, "dual").UID})
+	// An Available IPv6 address of kept-a: the core binds it, asks no driver, and still corrects
+	// the stamp (a driver reading kept-b would provision a surplus address).
+	v6 := newAddress(t, "2001:db8:77::1", "kept-a", nil)
 
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision: the newest default wins
 	newClass(t, "fresh-default", noDriver, markDefault)
@@ -345,8 +349,10 @@ func TestStampFollowsTheBoundClassAndADeletedStampedClassIsResolvedAgain(t *test
 			t.Fatal(err)
 		}
 	}
-	if got := getClaim(t, ns, "dual").Annotations[ipamv1.AnnotationResolvedClass]; got != "kept-a" {
-		t.Errorf("the Dual claim with an IPv4 address of kept-a is stamped for class %q, want kept-a", got)
+	if got := getClaim(t, ns, "dual"); got.Annotations[ipamv1.AnnotationResolvedClass] != "kept-a" ||
+		got.Status.Phase != ipamv1.ClaimBound || len(got.Status.Addresses) != 2 || got.Status.Addresses[1].Name != v6.Name {
+		t.Errorf("the Dual claim with an IPv4 address of kept-a: stamped for %q, status %+v; want kept-a, Bound with %s",
+			got.Annotations[ipamv1.AnnotationResolvedClass], got.Status, v6.Name)
 	}
 	got := getClaim(t, ns, "orphan").Annotations
 	if got[ipamv1.AnnotationResolvedClass] != "fresh-default" || got[ipamv1.AnnotationProvisioner] != noDriver {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,7 +84,7 @@ func TestPeriodicSweepRetiresAPlaceholderWhoseClaimEventWasMissed(t *testing.T) 
 	if err := admin.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	consistently(t, 2*sweepEvery(), "the placeholder to stay while its claim's pass is held back", func() (bool, error) {
+	consistently(t, min(2*sweepEvery(), 5*time.Second), "the placeholder to stay while its claim's pass is held back", func() (bool, error) {
 		return true, admin.Get(ctx, client.ObjectKeyFromObject(s), s)
 	})
 	testDriver.dropClaim.Store(nil)
