@@ -155,16 +155,7 @@ func TestCRDUpgradeAddsAField(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ns = "cozy-address-controller"
-	if err := cp.EnsureNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(Dir(root, "address-controller"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(ctx, cp.Kubeconfig, ns, "address-controller", c, map[string]any{"deploy": false}); err != nil {
-		t.Fatal(err)
-	}
+	installCoreChart(t, cp, nil)
 	const claims = "ipaddressclaims.local.sdn.cozystack.io"
 	if _, ok := crdFields(t, dyn, claims)["upgradeProbe"]; ok {
 		t.Fatal("the CRD has the probe field before the upgrade")
@@ -332,4 +323,28 @@ func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
 				"a dashboard ConfigMap and a GrafanaDashboard", name, created)
 		}
 	}
+}
+
+// installCoreChart installs the core chart (no Deployment) with Helm on the test's apiserver, in
+// cozy-address-controller, with values over deploy: false, and returns the release's manifest.
+func installCoreChart(t *testing.T, cp *controlplane.ControlPlane, values map[string]any) string {
+	t.Helper()
+	ctx := context.Background()
+	const ns = "cozy-address-controller"
+	if err := cp.EnsureNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(Dir(root, "address-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{"deploy": false}
+	for k, v := range values {
+		vals[k] = v
+	}
+	rel, err := Apply(ctx, cp.Kubeconfig, ns, "address-controller", c, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel.Manifest
 }

@@ -49,20 +49,8 @@ func ipAddress(name, ip string, finalizers ...string) *unstructured.Unstructured
 func TestCoreAdmissionAndDefaultsOnTheAPIServer(t *testing.T) {
 	cp := startAPIServer(t)
 	ctx := context.Background()
-	const ns = "cozy-address-controller"
-	if err := cp.EnsureNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(Dir(root, "address-controller"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := Apply(ctx, cp.Kubeconfig, ns, "address-controller", c, map[string]any{"deploy": false,
-		"stampPolicy": map[string]any{"allowedUsernames": []any{restorer}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(rel.Manifest, "name: address-controller-address-protection") {
+	manifest := installCoreChart(t, cp, map[string]any{"stampPolicy": map[string]any{"allowedUsernames": []any{restorer}}})
+	if !strings.Contains(manifest, "name: address-controller-address-protection") {
 		t.Fatal("helm install on the apiserver did not render the protection policy: the capability check misses the served kind")
 	}
 	dyn, err := dynamic.NewForConfig(cp.Config)

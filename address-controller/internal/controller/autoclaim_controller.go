@@ -257,7 +257,7 @@ func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service)
 	if err := r.Client.List(ctx, &classes); err != nil {
 		return "", nil, err
 	}
-	chosen, others := driverkit.PickMarkedClass(classes.Items, ipamv1.AnnotationAutoClaimClass)
+	chosen, others := pickMarkedClass(classes.Items, ipamv1.AnnotationAutoClaimClass)
 	if chosen == nil {
 		return "", nil, nil
 	}

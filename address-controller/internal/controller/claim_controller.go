@@ -499,7 +499,7 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 		if err := r.Client.List(ctx, &classes); err != nil {
 			return nil, nil, err
 		}
-		def, others := driverkit.PickMarkedClass(classes.Items, ipamv1.AnnotationDefaultClass)
+		def, others := pickMarkedClass(classes.Items, ipamv1.AnnotationDefaultClass)
 		if def == nil {
 			return nil, &waiting{ipamv1.ReasonNoDefaultClass,
 				"the claim names no class and no IPAddressClass is marked " + ipamv1.AnnotationDefaultClass + `: "true"`}, nil

@@ -16,6 +16,33 @@ import (
 // This file holds the decisions, as pure functions of the objects involved; the reconcilers
 // only read, call these, and patch the difference.
 
+// pickMarkedClass returns the class carrying annotation="true" that wins when several do (the
+// newest, then the lowest name, as Kubernetes picks a default StorageClass), and the names of
+// the others so marked. Classes being deleted do not count.
+func pickMarkedClass(classes []ipamv1.IPAddressClass, annotation string) (*ipamv1.IPAddressClass, []string) {
+	var marked []*ipamv1.IPAddressClass
+	for i := range classes {
+		c := &classes[i]
+		if c.DeletionTimestamp == nil && c.Annotations[annotation] == "true" {
+			marked = append(marked, c)
+		}
+	}
+	if len(marked) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(marked, func(a, b *ipamv1.IPAddressClass) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var others []string
+	for _, c := range marked[1:] {
+		others = append(others, c.Name)
+	}
+	return marked[0], others
+}
+
 // claimAddresses is the sorting of the addresses whose claimRef names a claim.
 type claimAddresses struct {
 	// kept is the address bound for each requested family.

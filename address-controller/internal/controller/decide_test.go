@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
 
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -33,7 +32,7 @@ func TestPickMarkedClass(t *testing.T) {
 		{"same age: lowest name", []ipamv1.IPAddressClass{class("zz", t0, def), class("aa", t0, def)}, "aa", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, others := driverkit.PickMarkedClass(tc.classes, ipamv1.AnnotationDefaultClass)
+			got, others := pickMarkedClass(tc.classes, ipamv1.AnnotationDefaultClass)
 			name := ""
 			if got != nil {
 				name = got.Name

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -67,33 +65,6 @@ func ClassOfClaim(ctx context.Context, r client.Reader, claim *ipamv1.IPAddressC
 		return nil, client.IgnoreNotFound(err)
 	}
 	return &class, nil
-}
-
-// PickMarkedClass returns the class carrying annotation="true" that wins when several do (the
-// newest, then the lowest name, as Kubernetes picks a default StorageClass), and the names of
-// the others so marked. Classes being deleted do not count.
-func PickMarkedClass(classes []ipamv1.IPAddressClass, annotation string) (*ipamv1.IPAddressClass, []string) {
-	var marked []*ipamv1.IPAddressClass
-	for i := range classes {
-		c := &classes[i]
-		if c.DeletionTimestamp == nil && c.Annotations[annotation] == "true" {
-			marked = append(marked, c)
-		}
-	}
-	if len(marked) == 0 {
-		return nil, nil
-	}
-	slices.SortFunc(marked, func(a, b *ipamv1.IPAddressClass) int {
-		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	var others []string
-	for _, c := range marked[1:] {
-		others = append(others, c.Name)
-	}
-	return marked[0], others
 }
 
 // ClassProvisions reports whether the named driver may create new addresses for a class: it is

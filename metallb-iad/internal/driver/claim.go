@@ -81,8 +81,8 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	}
 	v.placeholders = d.live(list.Items)
 	if v.claim != nil {
-		// The class as the core resolves it: the core may not have written the claim's status
-		// yet (it leaves a claim that only waits for its driver quiet for a while).
+		// The class as the core recorded it (spec, status, or its stamp: the core may not have
+		// written the claim's status yet, it leaves a claim that only waits for its driver quiet).
 		class, err := driverkit.ClassOfClaim(ctx, d.client, v.claim)
 		if err != nil {
 			return v, err
