@@ -79,7 +79,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{indexProvisioningForKey: v.claimKey}); err != nil {
 		return v, err
 	}
-	v.placeholders = d.live(list.Items)
+	v.placeholders = d.notRelabelled(d.live(list.Items), v.now)
 	if v.claim != nil {
 		// The class as the core recorded it (spec, status, or its stamp: the core may not have
 		// written the claim's status yet, it leaves a claim that only waits for its driver quiet).
@@ -284,7 +284,27 @@ func (d *Driver) makeHold(ctx context.Context, h handover) error {
 		return client.IgnoreNotFound(err)
 	}
 	d.expect.Expect(holdKey(h.address), s.Name, d.now())
+	d.expect.Expect(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
 	return nil
+}
+
+// notRelabelled drops the provisioning placeholders this driver has made holds of since the
+// cache's copy: the cache may still show one as provisioning (even as not served yet, when the
+// pass that settled it read it from the apiserver), and a pass deciding from that copy would
+// delete the hold of a reserved IP (DESIGN §5a: decide from a view that includes your own
+// writes).
+func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []*corev1.Service {
+	out := placeholders[:0:0]
+	for _, s := range placeholders {
+		if rv, ok := d.expect.Pending(relabelledKey(string(s.UID)), now); ok {
+			if !rvAtLeast(s.ResourceVersion, rv) {
+				continue
+			}
+			d.expect.Observed(relabelledKey(string(s.UID)))
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func splitKey(s string) (string, string, bool) {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -204,6 +205,91 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 		if k != 1 {
 			t.Fatalf("claim %s got %d addresses", c, k)
 		}
+	}
+}
+
+// A placeholder this driver has just made the hold of a new address is still a provisioning
+// placeholder in a cache that lags the driver's own relabel. A claim pass that runs then (the
+// new address woke it) saw a placeholder the claim no longer needed and deleted it: the hold of
+// a reserved IP, which MetalLB then gave the next placeholder (the churn seen under load).
+func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "stalehold", "203.0.113.224/28")
+	startFakeMetalLB(t, "stalehold", netip.MustParsePrefix("203.0.113.224/28"))
+	ns := newNamespace(t, "stalehold")
+	// The Services' watch lags well behind the addresses': every claim pass the new address
+	// wakes reads the placeholder as it was before the relabel.
+	withWatchLagOn(t, "services", 1500*time.Millisecond)
+	before := writesSnapshot()
+	const n = 3
+	for i := range n {
+		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
+			Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: "stalehold", Family: ipamv1.IPv4}}
+		if err := admin.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Touch the claims while the Services lag (the core's stamp, a tenant's label): passes that
+	// read the new placeholder from the apiserver, not the cache, and settle it.
+	for i := range 15 {
+		for j := range n {
+			c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", j)}}
+			patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"touch":"%d"}}}`, i)))
+			if err := admin.Patch(ctx, c, patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	holds := func() (map[string]string, error) {
+		var addrs ipamv1.IPAddressList
+		if err := admin.List(ctx, &addrs); err != nil {
+			return nil, err
+		}
+		out := map[string]string{}
+		for _, a := range addrs.Items {
+			if a.Spec.ClassName == "stalehold" {
+				out[a.Name] = ""
+			}
+		}
+		var svcs corev1.ServiceList
+		if err := admin.List(ctx, &svcs, client.InNamespace(testDriverNS), client.MatchingLabels{LabelRole: RoleHold}); err != nil {
+			return nil, err
+		}
+		for _, s := range svcs.Items {
+			if _, ok := out[s.Labels[LabelAddress]]; ok && s.DeletionTimestamp == nil {
+				out[s.Labels[LabelAddress]] = s.Name
+			}
+		}
+		return out, nil
+	}
+	eventuallyWithin(t, 30*time.Second, "an address for every claim", func() (bool, error) {
+		h, err := holds()
+		return len(h) == n, err
+	})
+	first, err := holds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several lags later every address still has the hold it was settled with.
+	time.Sleep(5 * time.Second)
+	now, err := holds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a, h := range now {
+		if h == "" || (first[a] != "" && first[a] != h) {
+			t.Errorf("address %s: hold %q at first, %q five seconds later", a, first[a], h)
+		}
+	}
+	total, refused := writesSince(t, "stalehold", before)
+	if d := writesSnapshot()["DELETE services"] - before["DELETE services"]; d > 0 {
+		t.Errorf("the driver deleted %d Services; none was needed", d)
+	}
+	if float64(total)/n > 4 || len(refused) > 0 {
+		t.Errorf("%.2f driver writes per address (want at most 4), refused: %v", float64(total)/n, refused)
 	}
 }
 

@@ -80,6 +80,7 @@ func placeholderKey(claimUID, family string) string { return "placeholder/" + cl
 func addressKey(claimUID, family string) string     { return "address/" + claimUID + "/" + family }
 func holdKey(address string) string                 { return "hold/" + address }
 func deletedKey(uid string) string                  { return "deleted/" + uid }
+func relabelledKey(uid string) string               { return "relabelled/" + uid }
 func pinKey(svcUID string) string                   { return "pin/" + svcUID }
 func attachKey(address string) string               { return "attach/" + address }
 func writtenKey(address string) string              { return "written/" + address }
