@@ -169,8 +169,13 @@ test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout o
 # replayed exactly; `make chaos` draws a new seed each time.
 CHAOS_SEED_TEST ?= 431099936
 
-test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local; chaos seed CHAOS_SEED_TEST).
-	cd e2e && CHAOS_SEED=$(or $(CHAOS_SEED),$(CHAOS_SEED_TEST)) $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
+# The local control plane's directory (its processes' logs under logs/, the audit log) is kept
+# after the run, so that a red run can be read; the next run starts it afresh.
+E2E_STATE ?= $(LOCALBIN)/e2e-state
+
+test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local; chaos seed CHAOS_SEED_TEST; logs kept in E2E_STATE).
+	rm -rf $(E2E_STATE)
+	cd e2e && E2E_STATE_DIR=$(E2E_STATE) CHAOS_SEED=$(or $(CHAOS_SEED),$(CHAOS_SEED_TEST)) $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
 
 .PHONY: chaos
 chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/reliability.md.

@@ -219,11 +219,24 @@ func waitHeld(ctx context.Context, t *testing.T, c client.Client, addressName, i
 		if err := c.Get(ctx, client.ObjectKey{Name: addressName}, &a); err != nil {
 			return false, err
 		}
-		if a.Status.AttachedTo != nil || !meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld) {
-			return false, nil
-		}
 		holders, err := servicesServing(ctx, c, ip)
-		return err == nil && len(holders) == 1 && holders[0].Namespace == driverNamespace, err
+		if err != nil {
+			return false, err
+		}
+		if a.Status.AttachedTo == nil && meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld) &&
+			len(holders) == 1 && holders[0].Namespace == driverNamespace {
+			return true, nil
+		}
+		// Not yet: say what there is, so a timeout tells why.
+		var served []string
+		for _, s := range holders {
+			served = append(served, s.Namespace+"/"+s.Name)
+		}
+		held := "no Held condition"
+		if h := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld); h != nil {
+			held = fmt.Sprintf("Held=%s/%s: %s", h.Status, h.Reason, h.Message)
+		}
+		return false, fmt.Errorf("phase %s, attachedTo %v, %s, served by %v", a.Status.Phase, a.Status.AttachedTo, held, served)
 	})
 }
 
