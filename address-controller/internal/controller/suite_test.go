@@ -119,6 +119,9 @@ rules:
 	cfg, err := testEnv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		// A start that failed after the control plane came up (the CRDs not found, say)
+		// leaves etcd and the apiserver running: stop them.
+		_ = testEnv.Stop()
 		return 1
 	}
 	defer func() {

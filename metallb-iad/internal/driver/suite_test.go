@@ -193,6 +193,9 @@ func run(m *testing.M) int {
 	cfg, err := env.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		// A start that failed after the control plane came up (the CRDs not found, say)
+		// leaves etcd and the apiserver running: stop them.
+		_ = env.Stop()
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
