@@ -21,7 +21,7 @@ func Strip(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
 			Generation: svc.Generation, CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
-			Labels: svc.Labels, Annotations: svc.Annotations, OwnerReferences: svc.OwnerReferences, Finalizers: svc.Finalizers,
+			Labels: svc.Labels, Annotations: withoutLastApplied(svc.Annotations), OwnerReferences: svc.OwnerReferences, Finalizers: svc.Finalizers,
 		},
 		Spec: corev1.ServiceSpec{
 			Type: svc.Spec.Type, IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy,
@@ -30,4 +30,21 @@ func Strip(obj any) (any, error) {
 		},
 		Status: corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer},
 	}, nil
+}
+
+// lastApplied is kubectl's copy of the whole object as last applied (client-side apply, and some
+// GitOps tools): often larger than the rest of the cached Service, and read by neither controller.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+func withoutLastApplied(in map[string]string) map[string]string {
+	if _, ok := in[lastApplied]; !ok {
+		return in
+	}
+	out := make(map[string]string, len(in)-1)
+	for k, v := range in {
+		if k != lastApplied {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -143,7 +143,8 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 	p := corev1.IPFamilyPolicySingleStack
 	in := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "n", UID: "u", ResourceVersion: "7",
-			Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1"},
+			Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1",
+				"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"Service"}`},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}},
@@ -152,12 +153,15 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 	}
 	out, _ := servicecache.Strip(in)
 	s := out.(*corev1.Service)
+	if len(in.Annotations) != 2 {
+		t.Fatalf("Strip changed the object it was given: %v", in.Annotations)
+	}
 	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations["a"] != "1" ||
 		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 ||
 		len(s.Spec.ExternalIPs) != 1 {
 		t.Fatalf("lost a field the driver reads: %+v", s)
 	}
-	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil {
+	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil || len(s.Annotations) != 1 {
 		t.Fatalf("kept fields the driver never reads: %+v", s)
 	}
 }
