@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -279,6 +280,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	}
 	if len(v.holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
+		for _, h := range v.holds {
+			d.expect.Observed(relabelledKey(string(h.UID)))
+		}
 	} else {
 		_, v.holdExpected = d.expect.Pending(holdKey(a.Name), v.now)
 	}
@@ -552,6 +556,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		} else if err != nil {
 			return err
 		}
+		d.wroteService(s)
 		d.cleared.note(s.UID, a.Name, d.now())
 		d.emit([]event{c.said})
 	}
@@ -624,12 +629,36 @@ func (d *Driver) deleteService(ctx context.Context, s *corev1.Service) error {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return err
 	}
-	d.expect.Expect(deletedKey(string(uid)), s.Name, d.now())
-	// Should MetalLB keep the IPs it served this placeholder (a delete it never handled), the
-	// address waiting for them knows under which name (plan_release.go).
+	d.deleted(s)
+	return nil
+}
+
+// deleted remembers a placeholder this driver deleted until the cache drops it, so no later pass
+// deletes it again; and should MetalLB keep the IPs it served it (a delete it never handled),
+// the address waiting for them knows under which name (plan_release.go).
+func (d *Driver) deleted(s *corev1.Service) {
+	d.expect.Expect(deletedKey(string(s.UID)), s.Name, d.now())
 	for _, ip := range IngressIPs(s) {
 		d.stale.holdDeleted(ipamv1.AddressName(ip), s.Name)
 	}
+}
+
+// errChangedSince: a Service changed after the copy a delete was decided from.
+var errChangedSince = errors.New("the Service changed since it was read; looking again")
+
+// deleteServiceAsSeen deletes a placeholder only in the version it was seen in (precondition:
+// uid and resourceVersion). A 409 means it changed since (this driver made it a hold, MetalLB
+// served it): nothing is recorded, and errChangedSince asks for a fresh look.
+func (d *Driver) deleteServiceAsSeen(ctx context.Context, s *corev1.Service) error {
+	uid, rv := s.UID, s.ResourceVersion
+	err := d.client.Delete(ctx, s, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case apierrors.IsConflict(err):
+		return errChangedSince
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	d.deleted(s)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -60,14 +61,20 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, err
 	}
 	p := planProvision(v)
-	return reconcile.Result{RequeueAfter: p.requeue}, d.applyProvisionPlan(ctx, v, p)
+	err = d.applyProvisionPlan(ctx, v, p)
+	if errors.Is(err, errChangedSince) {
+		// A placeholder changed after the cache showed it: decide again once it shows the change.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return reconcile.Result{RequeueAfter: p.requeue}, err
 }
 
 func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (provisionView, error) {
 	v := provisionView{
 		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
 		have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
+		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, attached: map[string]bool{},
+		nextName: map[ipamv1.IPFamily]string{},
 	}
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, key, &claim); err == nil {
@@ -181,6 +188,9 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 		if err != nil {
 			return "", err
 		}
+		if _, relabelled := d.expect.Pending(relabelledKey(string(s.UID)), d.now()); relabelled {
+			continue // a hold since this driver's relabel, whatever the cache still shows
+		}
 		if s.Labels[LabelRole] == RoleProvisioning && s.Labels[LabelClaimUID] == uid {
 			return name, nil // ours, still provisioning: a create finds it exists
 		}
@@ -203,6 +213,11 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 		return err
 	}
 	v.addresses[name] = &a
+	if a.Status.AttachedTo != nil {
+		v.attached[name] = true
+	} else if _, ok := d.expect.Pending(attachKey(name), v.now); ok {
+		v.attached[name] = true
+	}
 	holds, err := d.holdsOf(ctx, name)
 	if err != nil {
 		return err
@@ -222,7 +237,9 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 		}
 	}
 	for _, s := range p.delete {
-		if err := d.deleteService(ctx, s); err != nil {
+		// Decided from the cache: deleted only as it was seen. A placeholder changed since (made
+		// a hold by this driver's earlier pass, served by MetalLB) is looked at again.
+		if err := d.deleteServiceAsSeen(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -256,6 +273,9 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 		}
 		ip, _ := netip.ParseAddr(st.address.Spec.Address)
 		if err := d.makeHold(ctx, handover{svc: st.svc, address: st.address.Name, ip: ip}); err != nil {
+			// Not the hold yet: the next pass hands the placeholder over (it must not take the
+			// expectation for a hold made).
+			d.expect.Observed(holdKey(st.address.Name))
 			return err
 		}
 	}

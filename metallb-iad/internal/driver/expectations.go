@@ -84,6 +84,7 @@ func relabelledKey(uid string) string               { return "relabelled/" + uid
 func pinKey(svcUID string) string                   { return "pin/" + svcUID }
 func attachKey(address string) string               { return "attach/" + address }
 func writtenKey(address string) string              { return "written/" + address }
+func serviceWrittenKey(uid string) string           { return "written-service/" + uid }
 
 // rvAtLeast reports whether resourceVersion have is the one want or newer. Resource versions
 // are etcd revisions here; one that does not parse as a number is compared for equality only.

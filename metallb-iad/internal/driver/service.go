@@ -114,12 +114,44 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	v, err := d.attachSnapshot(ctx, &svc)
+	fresh, err := d.freshService(ctx, &svc)
+	if err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	v, err := d.attachSnapshot(ctx, fresh)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	p := planAttach(v)
-	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAttachPlan(ctx, &svc, p)
+	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAttachPlan(ctx, fresh, p)
+}
+
+// freshService is the Service as this driver last wrote it when the cache still shows an older
+// version (read uncached), else the cached one: a pass never decides from a copy its own pin,
+// unpin or parking write has made stale (DESIGN §5a).
+func (d *Driver) freshService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	key := serviceWrittenKey(string(svc.UID))
+	rv, ok := d.expect.Pending(key, d.now())
+	if !ok {
+		return svc, nil
+	}
+	if rvAtLeast(svc.ResourceVersion, rv) {
+		d.expect.Observed(key)
+		return svc, nil
+	}
+	var f corev1.Service
+	if err := d.reader.Get(ctx, client.ObjectKeyFromObject(svc), &f); err != nil {
+		return nil, err
+	}
+	if f.UID != svc.UID {
+		return nil, apierrors.NewNotFound(corev1.Resource("services"), svc.Name)
+	}
+	return &f, nil
+}
+
+// wroteService records a write of a Service (its new resourceVersion) until the cache shows it.
+func (d *Driver) wroteService(s *corev1.Service) {
+	d.expect.Expect(serviceWrittenKey(string(s.UID)), s.ResourceVersion, d.now())
 }
 
 func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attachView, error) {
@@ -276,6 +308,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return err
 		}
+		d.wroteService(svc)
 		d.expect.Expect(pinKey(string(svc.UID)), p.pin, d.now())
 	}
 	// 4. A re-link: the addresses of the claim the Service left are held again.
@@ -367,6 +400,7 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		if err := d.client.Patch(ctx, svc, patch); err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		d.wroteService(svc)
 	}
 	if _, ok := svc.Annotations[AnnotationReleasing]; !ok {
 		return nil
@@ -380,12 +414,14 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		if err := d.client.Status().Patch(ctx, svc, status); err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		d.wroteService(svc)
 	}
 	patch := client.MergeFrom(svc.DeepCopy())
 	delete(svc.Annotations, AnnotationReleasing)
 	if err := d.client.Patch(ctx, svc, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	d.wroteService(svc)
 	d.announce.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
 		"unpinned %s; the claim keeps the address", strings.ReplaceAll(releasing, ",", ", "))
 	return nil
@@ -402,5 +438,9 @@ func (d *Driver) setParked(ctx context.Context, svc *corev1.Service, park bool) 
 	} else {
 		delete(svc.Annotations, autoclaim.ParkingAnnotation)
 	}
-	return client.IgnoreNotFound(d.client.Patch(ctx, svc, patch))
+	if err := d.client.Patch(ctx, svc, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	d.wroteService(svc)
+	return nil
 }

@@ -61,7 +61,17 @@ var driverWrites sync.Map
 
 type countingTransport struct{ next http.RoundTripper }
 
+// failWrite, while set, answers the driver's writes it matches with a 500 that never reached
+// the apiserver (a timeout, an apiserver restart): each matching write fails once.
+var failWrite atomic.Pointer[func(req *http.Request) bool]
+
 func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f := failWrite.Load(); f != nil && req.Method != http.MethodGet && (*f)(req) {
+		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected by the test","reason":"InternalError","code":500}`
+		return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
+			Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
+			Request: req, ContentLength: int64(len(body))}, nil
+	}
 	if req.Method != http.MethodGet {
 		key := req.Method + " " + writeResource(req.URL.Path)
 		n, _ := driverWrites.LoadOrStore(key, new(atomic.Int64))
