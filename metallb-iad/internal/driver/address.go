@@ -669,7 +669,11 @@ func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service) error {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
-	return client.IgnoreNotFound(d.client.Patch(ctx, s, patch))
+	if err := d.client.Patch(ctx, s, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	d.wroteService(s) // (an attached tenant Service is nudged too: plan_release.go)
+	return nil
 }
 
 // sweepHolds deletes the holds of an address that no longer exists (its teardown never ran: a

@@ -61,10 +61,11 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, err
 	}
 	p := planProvision(v)
-	err = d.applyProvisionPlan(ctx, v, p)
-	if errors.Is(err, errChangedSince) {
-		// A placeholder changed after the cache showed it: decide again once it shows the change.
-		return reconcile.Result{RequeueAfter: time.Second}, nil
+	changed, err := d.applyProvisionPlan(ctx, v, p)
+	if err == nil && changed {
+		// A placeholder changed after the cache showed it (its delete was refused): decide
+		// again, with the controller's back-off, once the cache shows the change.
+		return reconcile.Result{Requeue: true}, nil
 	}
 	return reconcile.Result{RequeueAfter: p.requeue}, err
 }
@@ -212,12 +213,16 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	case err != nil:
 		return err
 	}
-	v.addresses[name] = &a
-	if a.Status.AttachedTo != nil {
-		v.attached[name] = true
-	} else if _, ok := d.expect.Pending(attachKey(name), v.now); ok {
-		v.attached[name] = true
+	// As this driver last wrote it: an attachment it made or ended a moment ago counts.
+	fresh, err := d.freshAddress(ctx, &a)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
 	}
+	v.addresses[name] = fresh
+	v.attached[name] = fresh.Status.AttachedTo != nil
 	holds, err := d.holdsOf(ctx, name)
 	if err != nil {
 		return err
@@ -230,23 +235,29 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	return nil
 }
 
-func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p provisionPlan) error {
+// applyProvisionPlan makes the plan's writes; changed reports a delete refused because the
+// placeholder changed since the view was read (the rest of the plan is made all the same: it
+// touches only the placeholders kept or new).
+func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p provisionPlan) (changed bool, err error) {
 	for _, h := range p.toHold {
 		if err := d.makeHold(ctx, h); err != nil {
-			return err
+			return changed, err
 		}
 	}
 	for _, s := range p.delete {
 		// Decided from the cache: deleted only as it was seen. A placeholder changed since (made
 		// a hold by this driver's earlier pass, served by MetalLB) is looked at again.
-		if err := d.deleteServiceAsSeen(ctx, s); err != nil {
-			return err
+		switch err := d.deleteServiceAsSeen(ctx, s); {
+		case errors.Is(err, errChangedSince):
+			changed = true
+		case err != nil:
+			return changed, err
 		}
 	}
 	for _, s := range p.create {
 		err := d.client.Create(ctx, s)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return changed, err
 		}
 		d.expect.Expect(placeholderKey(s.Labels[LabelClaimUID], s.Labels[LabelFamily]), s.Name, d.now())
 	}
@@ -261,10 +272,10 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			d.expect.Observed(holdKey(st.address.Name))
 		}
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
+			return changed, fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
 		}
 		if err != nil {
-			return err
+			return changed, err
 		}
 		fam := st.svc.Labels[LabelFamily]
 		d.expect.Expect(addressKey(st.svc.Labels[LabelClaimUID], fam), st.address.Name, d.now())
@@ -276,15 +287,15 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			// Not the hold yet: the next pass hands the placeholder over (it must not take the
 			// expectation for a hold made).
 			d.expect.Observed(holdKey(st.address.Name))
-			return err
+			return changed, err
 		}
 	}
 	for _, s := range p.nudge {
 		if err := d.nudgeService(ctx, s); err != nil {
-			return err
+			return changed, err
 		}
 	}
-	return nil
+	return changed, nil
 }
 
 // makeHold pins a placeholder to its IP and makes it the address's hold, in one patch.
@@ -301,7 +312,14 @@ func (d *Driver) makeHold(ctx context.Context, h handover) error {
 	s.Annotations[metallb.AnnotationLoadBalancerIPs] = h.ip.String()
 	delete(s.Annotations, AnnotationNudge)
 	if err := d.client.Patch(ctx, s, patch); err != nil {
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Gone: no hold is coming from it (the address pass makes one).
+			if name, ok := d.expect.Pending(holdKey(h.address), d.now()); ok && name == s.Name {
+				d.expect.Observed(holdKey(h.address))
+			}
+			return nil
+		}
+		return err
 	}
 	d.expect.Expect(holdKey(h.address), s.Name, d.now())
 	d.expect.Expect(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())

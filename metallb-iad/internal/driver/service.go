@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -115,8 +116,13 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	fresh, err := d.freshService(ctx, &svc)
-	if err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if apierrors.IsNotFound(err) {
+		// Gone, or replaced under its name since the cache saw it: look again once the cache
+		// shows what is there now (DESIGN §5a: not on its event alone).
+		d.expect.Observed(serviceWrittenKey(string(svc.UID)))
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
 	v, err := d.attachSnapshot(ctx, fresh)
 	if err != nil {
