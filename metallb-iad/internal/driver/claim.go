@@ -61,11 +61,12 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, err
 	}
 	p := planProvision(v)
-	changed, err := d.applyProvisionPlan(ctx, v, p)
-	if err == nil && changed {
-		// A placeholder changed after the cache showed it (its delete was refused): decide
-		// again, with the controller's back-off, once the cache shows the change.
-		return reconcile.Result{Requeue: true}, nil
+	// A placeholder whose delete was refused (it changed since the cache showed it) is decided
+	// again once the cache shows the change: soon for a new one, backing off for one that stays
+	// refused (never every second for good).
+	refusedSince, err := d.applyProvisionPlan(ctx, v, p)
+	if !refusedSince.IsZero() {
+		p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(refusedSince, v.now, time.Second))
 	}
 	return reconcile.Result{RequeueAfter: p.requeue}, err
 }
@@ -235,13 +236,13 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	return nil
 }
 
-// applyProvisionPlan makes the plan's writes; changed reports a delete refused because the
-// placeholder changed since the view was read (the rest of the plan is made all the same: it
-// touches only the placeholders kept or new).
-func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p provisionPlan) (changed bool, err error) {
+// applyProvisionPlan makes the plan's writes. A delete refused because the placeholder changed
+// since the view was read does not stop the rest of the plan (it touches only the placeholders
+// kept or new); refusedSince is then the creation of the oldest placeholder refused.
+func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p provisionPlan) (refusedSince time.Time, err error) {
 	for _, h := range p.toHold {
 		if err := d.makeHold(ctx, h); err != nil {
-			return changed, err
+			return refusedSince, err
 		}
 	}
 	for _, s := range p.delete {
@@ -249,15 +250,17 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 		// a hold by this driver's earlier pass, served by MetalLB) is looked at again.
 		switch err := d.deleteServiceAsSeen(ctx, s); {
 		case errors.Is(err, errChangedSince):
-			changed = true
+			if created := s.CreationTimestamp.Time; refusedSince.IsZero() || created.Before(refusedSince) {
+				refusedSince = created
+			}
 		case err != nil:
-			return changed, err
+			return refusedSince, err
 		}
 	}
 	for _, s := range p.create {
 		err := d.client.Create(ctx, s)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return changed, err
+			return refusedSince, err
 		}
 		d.expect.Expect(placeholderKey(s.Labels[LabelClaimUID], s.Labels[LabelFamily]), s.Name, d.now())
 	}
@@ -272,10 +275,10 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			d.expect.Observed(holdKey(st.address.Name))
 		}
 		if apierrors.IsAlreadyExists(err) {
-			return changed, fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
+			return refusedSince, fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
 		}
 		if err != nil {
-			return changed, err
+			return refusedSince, err
 		}
 		fam := st.svc.Labels[LabelFamily]
 		d.expect.Expect(addressKey(st.svc.Labels[LabelClaimUID], fam), st.address.Name, d.now())
@@ -287,15 +290,15 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			// Not the hold yet: the next pass hands the placeholder over (it must not take the
 			// expectation for a hold made).
 			d.expect.Observed(holdKey(st.address.Name))
-			return changed, err
+			return refusedSince, err
 		}
 	}
 	for _, s := range p.nudge {
 		if err := d.nudgeService(ctx, s); err != nil {
-			return changed, err
+			return refusedSince, err
 		}
 	}
-	return changed, nil
+	return refusedSince, nil
 }
 
 // makeHold pins a placeholder to its IP and makes it the address's hold, in one patch.
