@@ -75,8 +75,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	v := provisionView{
 		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
 		have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, attached: map[string]bool{},
-		nextName: map[ipamv1.IPFamily]string{},
+		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
 	}
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, key, &claim); err == nil {
@@ -214,7 +213,7 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	case err != nil:
 		return err
 	}
-	// As this driver last wrote it: an attachment it made or ended a moment ago counts.
+	// As this driver last wrote it.
 	fresh, err := d.freshAddress(ctx, &a)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -223,7 +222,6 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 		return err
 	}
 	v.addresses[name] = fresh
-	v.attached[name] = fresh.Status.AttachedTo != nil
 	holds, err := d.holdsOf(ctx, name)
 	if err != nil {
 		return err

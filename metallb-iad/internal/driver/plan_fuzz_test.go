@@ -153,7 +153,7 @@ func names(ss []*corev1.Service) []string {
 func fuzzProvisionView(data []byte) provisionView {
 	c := &choices{b: data}
 	v := provisionView{claimKey: "t/c", have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, attached: map[string]bool{}, nextName: map[ipamv1.IPFamily]string{},
+		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
 		namespace: testDriverNS, now: fuzzNow, nudgeAfter: 3 * time.Second}
 	if !c.yes(8) {
 		claim := stampedClaim(c.claimFamily())
@@ -205,13 +205,11 @@ func fuzzProvisionView(data []byte) provisionView {
 			name := ipamv1.AddressName(ip)
 			if _, seen := v.addresses[name]; !seen && !c.yes(3) {
 				v.addresses[name] = c.address(ip)
-				switch c.n(5) {
+				switch c.n(4) {
 				case 0:
 					v.holdOf[name] = s.Name // relabelled a moment ago; the cache shows it still provisioning
 				case 1:
 					v.holdOf[name] = HoldName(name)
-				case 2:
-					v.attached[name] = true // its IP is on its way to a Service (hold released)
 				}
 			}
 		}
@@ -293,8 +291,6 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 			// the served one becomes a hold too, and the address pass keeps the served one of
 			// the two, so the IP is never let go.)
 			t.Fatalf("placeholder %s handed over to IPAddress %s, which has hold %s already: two holds", h.svc.Name, h.address, v.holdOf[h.address])
-		case v.attached[h.address]:
-			t.Fatalf("placeholder %s handed over to IPAddress %s, which is attached to a Service", h.svc.Name, h.address)
 		case toAddr[h.address]:
 			t.Fatalf("two placeholders handed over to IPAddress %s", h.address)
 		}

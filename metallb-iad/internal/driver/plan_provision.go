@@ -32,9 +32,6 @@ type provisionView struct {
 	// own recent relabel ("" when none).
 	addresses map[string]*ipamv1.IPAddress
 	holdOf    map[string]string
-	// attached: the address is attached to a Service (its status says so, or this driver has
-	// just attached it): its IP goes to that Service, never to a hold.
-	attached map[string]bool
 	// nextName is the name a new placeholder of the family gets.
 	nextName map[ipamv1.IPFamily]string
 
@@ -96,7 +93,7 @@ func planProvision(v provisionView) provisionPlan {
 		// (a crash between creating the address and relabelling); any other goes, returning its
 		// address to the pool.
 		if ip, ok := servedIP(s, fam); ok {
-			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) && !v.attached[a.Name] {
+			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
 				switch v.holdOf[a.Name] {
 				case s.Name:
 					// It is that address's hold already; the cache is behind. Look again soon:
@@ -148,10 +145,6 @@ func planProvision(v provisionView) provisionPlan {
 			// Relabelled as the address's hold a moment ago; the cache is behind. Look again
 			// soon: the claim still misses the family (DESIGN §5a, never an event alone).
 			p.requeue = driverkit.Sooner(p.requeue, time.Second)
-		case v.attached[name]:
-			// Its address is attached: MetalLB gave the placeholder the IP between the hold's
-			// release and the Service's pin. The placeholder goes, the IP to the Service.
-			p.delete = append(p.delete, s)
 		case driverkit.TeardownMayStart(a):
 			// The IP's address is being torn down: never relabel a placeholder as its hold. The
 			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core

@@ -35,7 +35,6 @@ func provisioning(claimUID string, fam ipamv1.IPFamily, ingress ...string) *core
 func pview(claim *ipamv1.IPAddressClaim, mods ...func(*provisionView)) provisionView {
 	v := provisionView{claim: claim, claimKey: "t/c", class: acceptedClass(), have: map[ipamv1.IPFamily]bool{},
 		placeholderExpected: map[ipamv1.IPFamily]bool{}, addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{},
-		attached: map[string]bool{},
 		nextName: map[ipamv1.IPFamily]string{ipamv1.IPv4: ProvisioningName("claim-uid", ipamv1.IPv4, 0),
 			ipamv1.IPv6: ProvisioningName("claim-uid", ipamv1.IPv6, 0)},
 		namespace: testDriverNS, now: t0.Add(time.Second), nudgeAfter: 3 * time.Second}
@@ -126,29 +125,6 @@ func TestPlanProvision(t *testing.T) {
 			v.addresses[addrName] = a
 		}), func(t *testing.T, p provisionPlan) {
 			if len(p.toHold) != 1 || len(p.settle) != 0 {
-				t.Fatalf("%+v", p)
-			}
-		}},
-		{"another claim's attached address (MetalLB gave its IP between the hold's release and the pin): the placeholder goes", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
-			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
-			a := testAddress(ip, Finalizer)
-			a.Spec.ClaimRef.Name = "other"
-			v.addresses[addrName] = a
-			v.attached[addrName] = true
-		}), func(t *testing.T, p provisionPlan) {
-			if len(p.toHold) != 0 || len(p.settle) != 0 || len(p.delete) != 1 {
-				t.Fatalf("%+v", p)
-			}
-		}},
-		{"a placeholder no longer needed that shows an attached address's IP: it goes, no hold", pview(stampedClaim(ipamv1.IPv4), func(v *provisionView) {
-			v.placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
-			v.have[ipamv1.IPv4] = true
-			a := testAddress(ip, Finalizer)
-			a.Spec.ClaimRef.Name = "other"
-			v.addresses[addrName] = a
-			v.attached[addrName] = true
-		}), func(t *testing.T, p provisionPlan) {
-			if len(p.toHold) != 0 || len(p.delete) != 1 {
 				t.Fatalf("%+v", p)
 			}
 		}},
