@@ -354,5 +354,3 @@ func splitKey(s string) (string, string, bool) {
 	}
 	return "", "", false
 }
-
-var _ = time.Second

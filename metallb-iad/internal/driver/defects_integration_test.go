@@ -217,9 +217,7 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "stalehold", "198.51.100.32/28")
-	startFakeMetalLB(t, "stalehold", netip.MustParsePrefix("198.51.100.32/28"))
-	ns := newNamespace(t, "stalehold")
+	ns := fakeMetalLBClass(t, "stalehold", "198.51.100.32/28")
 	// The Services' watch lags well behind the addresses': every claim pass the new address
 	// wakes reads the placeholder as it was before the relabel.
 	w, err := kubeWatchServices(ctx)
@@ -315,9 +313,7 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 func TestAFailedRelabelIsMadeAgainAtOnce(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "relabelfail", "203.0.113.56/29")
-	startFakeMetalLB(t, "relabelfail", netip.MustParsePrefix("203.0.113.56/29"))
-	ns := newNamespace(t, "relabelfail")
+	ns := fakeMetalLBClass(t, "relabelfail", "203.0.113.56/29")
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
 		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "relabelfail", Family: ipamv1.IPv4}}
@@ -364,9 +360,7 @@ func TestAFailedRelabelIsMadeAgainAtOnce(t *testing.T) {
 func TestADetachIsMadeOnceWhenTheCacheLagsTheDriversOwnWrites(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "detachonce", "203.0.113.48/29")
-	startFakeMetalLB(t, "detachonce", netip.MustParsePrefix("203.0.113.48/29"))
-	ns := newNamespace(t, "detachonce")
+	ns := fakeMetalLBClass(t, "detachonce", "203.0.113.48/29")
 	const ip = "203.0.113.49"
 	_, a := boundClaimWithAddress(t, ns, "a", "detachonce", ip)
 	waitHeldByPlaceholder(t, a.Name, ip)

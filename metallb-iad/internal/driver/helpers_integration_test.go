@@ -334,3 +334,12 @@ func playCorePhases(t *testing.T, class string) (stop func()) {
 }
 
 var _ = wait.ForeverTestTimeout
+
+// fakeMetalLBClass makes a pool and class named name over prefix, served by the MetalLB
+// stand-in, and a tenant namespace of the same name.
+func fakeMetalLBClass(t *testing.T, name, prefix string) (ns string) {
+	t.Helper()
+	newPoolClass(t, name, prefix)
+	startFakeMetalLB(t, name, netip.MustParsePrefix(prefix))
+	return newNamespace(t, name)
+}
