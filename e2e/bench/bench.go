@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -86,6 +87,14 @@ type Config struct {
 	Log io.Writer
 	// ControllerArgs are extra flags for both controllers (DefaultControllerArgs from the command).
 	ControllerArgs []string
+	// Fresh runs the plain phase and the claims phase (with attach after it) each on a control
+	// plane of its own, started empty, and measures no baselines: nothing the benchmark created
+	// is ever deleted. Both phases then start at the same population, so the plain phase is the
+	// claims phase's baseline; attach is compared with the plain phase only. At 10,000 objects
+	// this is the only way through: deleting a batch of assigned Services makes MetalLB pass over
+	// every Service it tracks, again and again while deletions race with the pass
+	// (docs/benchmarks.md).
+	Fresh bool
 }
 
 // DefaultControllerArgs give leader election room: a benchmark loads the apiserver until it
@@ -135,20 +144,70 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Run starts a sandbox, runs the phases and returns the report. The report is returned, as far
-// as it got, with an error too.
+// Run starts a sandbox (one per group of phases with Fresh), runs the phases and returns the
+// report. The report is returned, as far as it got, with an error too.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	rep := newReport(cfg)
+	rep.PeakRSSMiB = map[string]float64{}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	logf("starting the sandbox (control plane, MetalLB, both controllers)")
-	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{Dir: cfg.Dir}, ControllerArgs: cfg.ControllerArgs})
+	groups := phaseGroups(cfg.Phases, cfg.Fresh)
+	var problems []string
+	for _, phases := range groups {
+		dir := cfg.Dir
+		if len(groups) > 1 && dir != "" {
+			dir = filepath.Join(dir, phases[0])
+		}
+		p, err := runGroup(ctx, cfg, phases, dir, rep, logf)
+		problems = append(problems, p...)
+		if err != nil {
+			rep.Headline = Headline(rep.Steps)
+			return rep, err
+		}
+	}
+	rep.Headline = Headline(rep.Steps)
+	if len(groups) > 1 {
+		rep.StateDir = cfg.Dir
+	}
+	rep.Check = CheckResult{OK: len(problems) == 0, Problems: problems}
+	if len(problems) > 0 {
+		return rep, fmt.Errorf("correctness check failed: %d problems, first: %s", len(problems), problems[0])
+	}
+	return rep, nil
+}
+
+// phaseGroups splits the phases into the groups that share a control plane: all of them, or
+// with fresh the plain phase alone and claims with attach (attach attaches those claims).
+func phaseGroups(phases []string, fresh bool) [][]string {
+	if !fresh {
+		return [][]string{phases}
+	}
+	var out [][]string
+	var claims []string
+	for _, p := range phases {
+		if p == PhasePlain {
+			out = append(out, []string{p})
+		} else {
+			claims = append(claims, p)
+		}
+	}
+	if len(claims) > 0 {
+		out = append(out, claims)
+	}
+	return out
+}
+
+// runGroup runs phases on a sandbox of their own and checks every Service's addresses at the
+// end; it returns the check's problems.
+func runGroup(ctx context.Context, cfg Config, phases []string, dir string, rep *Report, logf func(string, ...any)) ([]string, error) {
+	logf("starting the sandbox (control plane, MetalLB, both controllers) for %s", strings.Join(phases, ", "))
+	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{Dir: dir}, ControllerArgs: cfg.ControllerArgs})
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	defer func() {
 		logf("stopping the sandbox")
@@ -158,28 +217,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	r, err := newRunner(ctx, cfg, s, logf)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	defer r.stop()
 	rep.StateDir = s.Dir
 	if err := r.setup(ctx); err != nil {
-		return rep, fmt.Errorf("setting up pools and class: %w", err)
+		return nil, fmt.Errorf("setting up pools and class: %w", err)
 	}
-	runErr := r.runPhases(ctx, rep)
-	rep.finish(r)
+	runErr := r.runPhases(ctx, rep, phases)
+	rep.recordPeaks(r)
 	if runErr != nil {
-		return rep, runErr
+		return nil, runErr
 	}
 	logf("checking every Service's addresses")
-	problems, err := r.check(ctx)
-	if err != nil {
-		return rep, err
-	}
-	rep.Check = CheckResult{OK: len(problems) == 0, Problems: problems}
-	if len(problems) > 0 {
-		return rep, fmt.Errorf("correctness check failed: %d problems, first: %s", len(problems), problems[0])
-	}
-	return rep, nil
+	return r.check(ctx, phases)
 }
 
 type runner struct {
@@ -322,11 +373,12 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// runPhases runs every phase, each (but the first) preceded by its same-population baseline.
-func (r *runner) runPhases(ctx context.Context, rep *Report) error {
+// runPhases runs the phases, each (but the first) preceded by its same-population baseline,
+// unless the run is Fresh (no baselines: nothing is deleted).
+func (r *runner) runPhases(ctx context.Context, rep *Report, phases []string) error {
 	n := r.cfg.N
-	for i, phase := range r.cfg.Phases {
-		if i > 0 || phase != PhasePlain {
+	for i, phase := range phases {
+		if !r.cfg.Fresh && (i > 0 || phase != PhasePlain) {
 			prefix := "base-" + phase + "-"
 			step, err := r.measure(ctx, "baseline-"+phase, PhasePlain, prefix, n,
 				func(ctx context.Context, j int) error {
@@ -842,7 +894,7 @@ func (r *runner) resetPeaks() {
 
 // check lists every Service of the cluster and every claim, and compares them with what the
 // phases that ran promise.
-func (r *runner) check(ctx context.Context) ([]string, error) {
+func (r *runner) check(ctx context.Context, phases []string) ([]string, error) {
 	svcs, err := r.s.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -854,15 +906,15 @@ func (r *runner) check(ctx context.Context) ([]string, error) {
 	}
 	want := Expectations{Attached: map[string][]string{}, Claims: map[string][]string{}}
 	for j := range r.cfg.N {
-		if slices.Contains(r.cfg.Phases, PhasePlain) {
+		if slices.Contains(phases, PhasePlain) {
 			want.Plain = append(want.Plain, fmt.Sprintf("%s/plain-%05d", Namespace, j))
 		}
-		if slices.Contains(r.cfg.Phases, PhaseAttach) {
+		if slices.Contains(phases, PhaseAttach) {
 			claim := fmt.Sprintf("claim-%05d", j)
 			want.Attached[fmt.Sprintf("%s/attach-%05d", Namespace, j)] = r.claimIPs[claim]
 		}
 	}
-	if slices.Contains(r.cfg.Phases, PhaseClaims) {
+	if slices.Contains(phases, PhaseClaims) {
 		if err := r.recordClaims(ctx); err != nil {
 			return nil, err
 		}

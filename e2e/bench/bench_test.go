@@ -336,6 +336,37 @@ func TestHeadline(t *testing.T) {
 	if got := Headline(steps); len(got) != 2 {
 		t.Errorf("timed-out attach still in the headline: %+v", got)
 	}
+
+	// A Fresh run: no baseline steps. Claims began at the plain phase's population, so the
+	// plain phase is its baseline; attach did not, so it has none.
+	fresh := []*Step{step("plain", 50), step("claims", 100), step("attach", 200)}
+	fresh[0].PopulationAtStart, fresh[1].PopulationAtStart, fresh[2].PopulationAtStart = 1, 1, 11
+	want = []Ratio{
+		{Phase: "plain", Measure: "time", Seconds: 50, BaselineSeconds: 50, VsBaseline: 1, Target: "1.00 (the baseline)"},
+		{Phase: "claims", Measure: "rate", Seconds: 100, BaselineSeconds: 50, VsBaseline: 0.5, EmptySeconds: 50, VsEmpty: 0.5, Target: "≥ 0.8"},
+		{Phase: "attach", Measure: "time", Seconds: 200, EmptySeconds: 50, VsEmpty: 4, Target: "≤ 1.25"},
+	}
+	if diff := cmp.Diff(want, Headline(fresh)); diff != "" {
+		t.Errorf("fresh run (-want +got):\n%s", diff)
+	}
+}
+
+func TestPhaseGroups(t *testing.T) {
+	for _, tt := range []struct {
+		phases []string
+		fresh  bool
+		want   [][]string
+	}{
+		{phases: AllPhases, want: [][]string{AllPhases}},
+		{phases: AllPhases, fresh: true, want: [][]string{{"plain"}, {"claims", "attach"}}},
+		{phases: []string{"plain", "claims"}, fresh: true, want: [][]string{{"plain"}, {"claims"}}},
+		{phases: []string{"claims"}, fresh: true, want: [][]string{{"claims"}}},
+		{phases: []string{"plain"}, fresh: true, want: [][]string{{"plain"}}},
+	} {
+		if got := phaseGroups(tt.phases, tt.fresh); !cmp.Equal(got, tt.want) {
+			t.Errorf("phaseGroups(%v, %v) = %v, want %v", tt.phases, tt.fresh, got, tt.want)
+		}
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -33,6 +33,8 @@ type ReportConfig struct {
 	Concurrency  int      `json:"concurrency"`
 	Rate         float64  `json:"ratePerSecond"`
 	PhaseTimeout string   `json:"phaseTimeout"`
+	// Fresh: each phase group ran on a control plane of its own, with no baselines.
+	Fresh bool `json:"fresh,omitempty"`
 	// ControllerArgs are the extra flags both controllers ran with.
 	ControllerArgs []string `json:"controllerArgs,omitempty"`
 }
@@ -142,7 +144,7 @@ func newReport(cfg Config) *Report {
 		Machine:  func() Machine { m := machine(); m.LoadAvgStart = loadAvg(); return m }(),
 		Versions: versions(),
 		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate, ControllerArgs: cfg.ControllerArgs,
-			PhaseTimeout: cfg.PhaseTimeout.String()},
+			PhaseTimeout: cfg.PhaseTimeout.String(), Fresh: cfg.Fresh},
 	}
 }
 
@@ -152,21 +154,21 @@ func (rep *Report) add(s *Step) {
 	}
 }
 
-// finish computes the headline and reads every process's peak memory.
-func (rep *Report) finish(r *runner) {
-	rep.Headline = Headline(rep.Steps)
-	rep.PeakRSSMiB = map[string]float64{}
+// recordPeaks reads every process's peak memory (the highest over the control planes of a
+// Fresh run).
+func (rep *Report) recordPeaks(r *runner) {
 	for _, name := range measured {
 		if p := r.procs[name]; p != nil {
 			if st, err := ReadProc(p.Pid()); err == nil {
-				rep.PeakRSSMiB[name] = mib(st.PeakRSSBytes)
+				rep.PeakRSSMiB[name] = max(rep.PeakRSSMiB[name], mib(st.PeakRSSBytes))
 			}
 		}
 	}
 }
 
 // Headline computes each completed phase's ratios against its same-population baseline and
-// against the plain phase on the empty cluster.
+// against the plain phase on the empty cluster. Without a baseline step, a phase that started
+// at the plain phase's population (a Fresh run) has the plain phase as its baseline.
 func Headline(steps []*Step) []Ratio {
 	find := func(name string) *Step {
 		for _, s := range steps {
@@ -187,6 +189,8 @@ func Headline(steps []*Step) []Ratio {
 		base := find("baseline-" + phase)
 		if phase == PhasePlain {
 			base = s
+		} else if base == nil && empty != nil && s.PopulationAtStart == empty.PopulationAtStart {
+			base = empty
 		}
 		ratio := func(plain float64) float64 {
 			if phase == PhaseClaims {
@@ -233,6 +237,9 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("Client: one client, %d concurrent creates, at most %.0f creates/s, in every step.", rep.Config.Concurrency, rep.Config.Rate)
 	if len(rep.Config.ControllerArgs) > 0 {
 		p("Controllers' extra flags: `%s`.", strings.Join(rep.Config.ControllerArgs, " "))
+	}
+	if rep.Config.Fresh {
+		p("Fresh control planes: plain, and claims with attach, each began on an empty cluster of its own; no baselines, nothing deleted.")
 	}
 	p("")
 	p("### Headline")

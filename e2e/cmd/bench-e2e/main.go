@@ -31,6 +31,7 @@ func main() {
 		timeout     = flag.Duration("phase-timeout", 0, "give up on a step after this long (default 2m + 0.5s per object)")
 		progress    = flag.Duration("progress", 5*time.Second, "interval of progress lines")
 		ctlArgs     = flag.String("controller-args", strings.Join(bench.DefaultControllerArgs, " "), "extra flags for both controllers, separated by spaces")
+		fresh       = flag.Bool("fresh", false, "run plain, and claims with attach, each on a control plane of its own, with no baselines (nothing is deleted: the way through at 10,000)")
 		dir         = flag.String("dir", "", "keep the control plane's state (logs, audit log) in this directory (default: a temporary one, removed)")
 	)
 	flag.Parse()
@@ -39,7 +40,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout,
-		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs)}
+		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Phases = append(cfg.Phases, p)
