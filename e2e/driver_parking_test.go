@@ -26,6 +26,8 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/e2e/provider"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
 // The ranges of this test, used by no other test: the class's pool, a one-address pool that a
@@ -278,10 +280,79 @@ func TestDriverNeverShowsAForeignAddress(t *testing.T) {
 					}
 				}
 			}
+			// No Warning from MetalLB either about a Service on its way to its claim's address:
+			// it looked at the parked Services (case c waited parked for seconds) and refused
+			// the parking pool, but the chart's parking-events policy keeps that report from
+			// being recorded. (d and e lose their address; a pass of MetalLB's over a copy of
+			// theirs from before the driver cleared it may report the IP as the new hold's: see
+			// the driver README's known limits. Logged, not judged.)
+			noParkingWarnings(ctx, t, c, ns, []string{"a-v4", "a-dual", "b-auto", "c-late", "c-exhausted"}, "c-late", "c-exhausted")
+			var evs eventsv1.EventList
+			if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "AllocationFailed" && slices.Contains(ended, e.Regarding.Name) {
+					t.Logf("while %s lost its address, MetalLB said: %s", e.Regarding.Name, e.Note)
+				}
+			}
 			checkInvariants(ctx, t, c, invariantScope{Classes: []string{"e2e-park", "e2e-park-tiny"}, Namespaces: []string{ns}})
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// noParkingWarnings fails the test for any AllocationFailed event, whoever reported it, about the
+// named Services: a Service that waits parked for its claim, or is attached to it, gets no
+// Warning (DESIGN §5, "Never a foreign address": no foreign address and no AllocationFailed
+// first). On the local provider it also
+// proves the check is not vacuous: MetalLB did try to record its refusal about each Service of
+// refusedFor and the apiserver refused the write (the audit log).
+func noParkingWarnings(ctx context.Context, t *testing.T, c client.Client, ns string, names []string, refusedFor ...string) {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Service" && slices.Contains(names, e.Regarding.Name) && e.Reason == "AllocationFailed" {
+			t.Errorf("%s got a Warning %s from %s%s: %s", e.Regarding.Name, e.Reason, e.ReportingController, e.DeprecatedSource.Component, e.Note)
+		}
+	}
+	local, ok := cluster.(*provider.LocalCluster)
+	if !ok {
+		t.Logf("%s provider: MetalLB's refused event writes are not counted (the local provider's audit log)", providerName())
+		return
+	}
+	// MetalLB records events in the background, and the audit log is written behind requests.
+	var refused map[string]int
+	err := await(ctx, 30*time.Second, func(context.Context) (bool, error) {
+		refused = metallbRefusedEvents(t, local.AuditLog, ns)
+		return !slices.ContainsFunc(refusedFor, func(n string) bool { return refused[n] == 0 }), nil
+	})
+	if err != nil {
+		t.Errorf("MetalLB never tried to record a refusal about one of %v (its refused event writes: %v): the check above proves nothing", refusedFor, refused)
+	}
+	t.Logf("MetalLB's event writes refused by the apiserver, by Service: %v", refused)
+}
+
+// metallbRefusedEvents counts, by Service name, MetalLB's event writes in ns that the apiserver
+// refused (an event is named after the object it is about: <name>.<suffix>).
+func metallbRefusedEvents(t *testing.T, auditLog, ns string) map[string]int {
+	t.Helper()
+	evs, err := controlplane.AuditWrites(auditLog, func(e controlplane.AuditEvent) bool {
+		return e.User.Username == controlplane.MetalLBUser && e.ObjectRef != nil && e.ObjectRef.Resource == "events" &&
+			e.ObjectRef.Namespace == ns && e.ResponseStatus != nil && e.ResponseStatus.Code >= 400
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range evs {
+		name, _, _ := strings.Cut(e.ObjectRef.Name, ".")
+		out[name]++
+	}
+	return out
 }
 
 // autoPool creates this test's autoAssign: true pool. At the end, before the pool goes, the

@@ -214,6 +214,13 @@ func TestParkingPoliciesGating(t *testing.T) {
 			if (objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil) != tc.vap {
 				t.Errorf("service-pins policy rendered: %v, want %v", objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil, tc.vap)
 			}
+			// The parking-events policy goes with parking itself, MutatingAdmissionPolicy served
+			// or not: the driver parks without the mutating policies too.
+			for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+				if got := objs[kind+"/metallb-iad-parking-events"] != nil; got != tc.driverParks {
+					t.Errorf("%s metallb-iad-parking-events rendered: %v, want %v", kind, got, tc.driverParks)
+				}
+			}
 		})
 	}
 }

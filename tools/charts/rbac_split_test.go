@@ -164,6 +164,15 @@ func TestMetalLBIADRBACSplit(t *testing.T) {
 	if v := verbsOf(own, "", "events"); !slices.Contains(v, "create") {
 		t.Errorf("leader election events refused: own-namespace core events verbs %v", v)
 	}
+	// MetalLB's AllocationFailed reports on the placeholders are read from the driver's cache.
+	if v := verbsOf(own, "", "events"); !slices.Contains(v, "list") || !slices.Contains(v, "watch") {
+		t.Errorf("own-namespace core events verbs %v: the cache of MetalLB's reports needs list and watch", v)
+	}
+	// The core's leader election records its event in its own namespace too (the core group).
+	core := render(t, "address-controller", nil)
+	if v := verbsOf(core["Role/address-controller-leader-election"], "", "events"); !slices.Contains(v, "create") || !slices.Contains(v, "patch") {
+		t.Errorf("the core's leader election events refused: its own-namespace core events verbs %v", v)
+	}
 	if v := verbsOf(own, "coordination.k8s.io", "leases"); !slices.Contains(v, "update") {
 		t.Errorf("lease verbs %v", v)
 	}

@@ -1,0 +1,95 @@
+package charts
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// parkedRefusal is MetalLB's message (v0.15.2, controller/service.go and its allocator) when it
+// looks at a parked Service.
+func parkedRefusal(ns, name string) string {
+	return fmt.Sprintf("Failed to allocate IP for %q: unknown pool %q", ns+"/"+name, parkingPool)
+}
+
+// The parking-events policy on a real kube-apiserver, installed by Helm from the chart: MetalLB's
+// AllocationFailed about the parking pool is not recorded (core/v1 and events.k8s.io/v1, in any
+// namespace), while every other event, AllocationFailed for another reason included, is.
+func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
+	cp := startAPIServer(t)
+	ctx := context.Background()
+	if err := cp.InstallCRDs(ctx, filepath.Join(Dir(root, "address-controller"), "files", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "cozy-metallb-iad"
+	for _, n := range []string{ns, cp.MetalLBNamespace, "tenant-events", "plain-events"} {
+		if err := cp.EnsureNamespace(ctx, n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(Dir(root, "metallb-iad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	coreEvent := func(evNS, reason, typ, msg string) error {
+		n++
+		_, err := cp.Client.CoreV1().Events(evNS).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
+			Reason:         reason, Type: typ, Message: msg, Source: corev1.EventSource{Component: "metallb-controller"},
+			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+		}, metav1.CreateOptions{})
+		return err
+	}
+	newEvent := func(evNS, reason, typ, note string) error {
+		n++
+		_, err := cp.Client.EventsV1().Events(evNS).Create(ctx, &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
+			Regarding:  corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
+			Reason:     reason, Type: typ, Note: note, Action: "Allocate",
+			ReportingController: "metallb-controller", ReportingInstance: "metallb-controller-0", EventTime: metav1.NowMicro(),
+		}, metav1.CreateOptions{})
+		return err
+	}
+	refused := func(err error) bool { return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) }
+	// The policy reaches the apiserver's admission through its informers.
+	eventually(t, 30*time.Second, "the parking-events policy to take effect", func() (bool, error) {
+		err := coreEvent("tenant-events", "AllocationFailed", corev1.EventTypeWarning, parkedRefusal("tenant-events", "web"))
+		return refused(err), err
+	})
+	for _, evNS := range []string{"tenant-events", "plain-events"} {
+		if err := coreEvent(evNS, "AllocationFailed", corev1.EventTypeWarning, parkedRefusal(evNS, "web")); !refused(err) {
+			t.Errorf("core/v1: MetalLB's refusal of the parking pool in %s was recorded (err %v)", evNS, err)
+		} else if !strings.Contains(err.Error(), "parked") {
+			t.Errorf("core/v1: the denial does not say why: %v", err)
+		}
+		if err := newEvent(evNS, "AllocationFailed", corev1.EventTypeWarning, parkedRefusal(evNS, "web")); !refused(err) {
+			t.Errorf("events.k8s.io/v1: MetalLB's refusal of the parking pool in %s was recorded (err %v)", evNS, err)
+		}
+	}
+	// Everything else is recorded.
+	for _, tt := range []struct{ what, reason, msg string }{
+		{"AllocationFailed for an exhausted pool", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": no available IPs`},
+		{"AllocationFailed for a pool that does not exist", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": unknown pool "gold"`},
+		{"another reason quoting the parking pool", "ClearAssignment", `current IP not allowed by config: unknown pool "` + parkingPool + `"`},
+	} {
+		if err := coreEvent("tenant-events", tt.reason, corev1.EventTypeWarning, tt.msg); err != nil {
+			t.Errorf("core/v1: %s was not recorded: %v", tt.what, err)
+		}
+		if err := newEvent("tenant-events", tt.reason, corev1.EventTypeWarning, tt.msg); err != nil {
+			t.Errorf("events.k8s.io/v1: %s was not recorded: %v", tt.what, err)
+		}
+	}
+}
