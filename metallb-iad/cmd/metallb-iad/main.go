@@ -52,9 +52,11 @@ func main() {
 	mgr, err := opts.New(manager.Spec{
 		Name: "metallb-iad", Version: version, Scheme: scheme,
 		LeaderElectionID: "metallb-iad.local.sdn.cozystack.io",
-		ByObject: map[client.Object]cache.ByObject{
-			&metallb.IPAddressPool{}: {Namespaces: map[string]cache.Config{*metallbNS: {}}},
-		},
+		ByObject: func() map[client.Object]cache.ByObject {
+			by := driver.CacheByObject(*namespace)
+			by[&metallb.IPAddressPool{}] = cache.ByObject{Namespaces: map[string]cache.Config{*metallbNS: {}}}
+			return by
+		}(),
 	})
 	if err != nil {
 		log.Error(err, "setting up")

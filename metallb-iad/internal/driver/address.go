@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -393,7 +392,7 @@ func (d *Driver) refreshServices(ctx context.Context, v *addressView) error {
 	return nil
 }
 
-// allocationFailures looks up, uncached, MetalLB's latest AllocationFailed report on each
+// allocationFailures looks up, in the cache, MetalLB's latest AllocationFailed report on each
 // placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it;
 // when, and what it said (by uid).
 func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, map[string]string, error) {
@@ -418,20 +417,26 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 	return out, said, nil
 }
 
-// lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service (zero when
-// never) and what it said: an uncached list of the Events on it of that reason.
+// lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service, one of the
+// driver's own (zero when never), and what it said: the Events on it of that reason, from the
+// cache (CacheByObject). A report the cache does not show yet only delays a nudge to the next
+// re-check.
 func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, string, error) {
 	var evs corev1.EventList
-	if err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.AndSelectors(
-		fields.OneTermEqualSelector("involvedObject.uid", string(s.UID)),
-		fields.OneTermEqualSelector("reason", "AllocationFailed"))}); err != nil {
+	if err := d.client.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFields{indexEventAbout: string(s.UID)},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return time.Time{}, "", err
 	}
 	var last time.Time
 	var msg string
+	found := false
 	for i := range evs.Items {
-		if t := eventTime(&evs.Items[i]); t.After(last) || i == 0 {
-			last, msg = t, evs.Items[i].Message
+		e := &evs.Items[i]
+		if e.Reason != ReasonAllocationFailed {
+			continue
+		}
+		if t := eventTime(e); t.After(last) || !found {
+			last, msg, found = t, e.Message, true
 		}
 	}
 	return last, msg, nil

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -34,7 +36,28 @@ const (
 	indexExternalIP = "metallb-iad.externalIP"
 	// indexParked keys a parked Service (autoclaim.ParkingPool) by "true".
 	indexParked = "metallb-iad.parked"
+	// indexEventAbout keys an Event (the cache holds only MetalLB's AllocationFailed reports in
+	// the driver's namespace, see CacheByObject) by the uid of the object it is about.
+	indexEventAbout = "metallb-iad.eventAbout"
 )
+
+// ReasonAllocationFailed is the reason of MetalLB's report that it could not assign a Service.
+const ReasonAllocationFailed = "AllocationFailed"
+
+// CacheByObject is the driver's cache settings for the manager: of the Events, only MetalLB's
+// AllocationFailed reports in the driver's own namespace (the placeholders'), which decide when
+// a waiting placeholder is nudged. Reading them from the apiserver instead made every pass over a
+// waiting placeholder a list the apiserver filters from every Event of the namespace (MetalLB
+// records one per placeholder it serves): at 10,000 claims the apiserver's work per pass grew
+// with the number of claims.
+func CacheByObject(namespace string) map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Event{}: {
+			Namespaces: map[string]cache.Config{namespace: {}},
+			Field:      fields.OneTermEqualSelector("reason", ReasonAllocationFailed),
+		},
+	}
+}
 
 func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 	if err := index.Setup(ctx, mgr); err != nil {
@@ -97,6 +120,9 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 		}},
 		{&corev1.Service{}, indexExternalIP, func(o client.Object) []string {
 			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+		}},
+		{&corev1.Event{}, indexEventAbout, func(o client.Object) []string {
+			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
 		}},
 		{&corev1.Service{}, indexParked, func(o client.Object) []string {
 			if autoclaim.Parked(o.(*corev1.Service)) {

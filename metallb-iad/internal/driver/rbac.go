@@ -23,11 +23,12 @@ package driver
 // In its own namespace: placeholder Services, and the short-lived release Services that make
 // MetalLB drop an allocation it kept for a deleted placeholder, are created and deleted there
 // only; leader election's Lease and its events (core group); MetalLB's AllocationFailed events on
-// the placeholders are listed before a placeholder is nudged or a kept name released.
+// the placeholders are watched (the cache) and read before a placeholder is nudged or a kept name
+// released.
 //
 // +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=services,verbs=create;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=cozy-metallb-iad,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch;list
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch;list;watch
 //
 // In MetalLB's namespace: its pools, read only.
 //

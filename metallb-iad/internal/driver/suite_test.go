@@ -59,6 +59,10 @@ func kubeWatchServices(ctx context.Context) (watch.Interface, error) {
 // apiserver refused again by "STATUS VERB resource[/subresource]".
 var driverWrites sync.Map
 
+// eventReads counts the driver's reads of Events from the apiserver (lists and gets; watches
+// not).
+var eventReads atomic.Int64
+
 type countingTransport struct{ next http.RoundTripper }
 
 // failWrite, while set, answers the driver's writes it matches with a 500 that never reached
@@ -71,6 +75,9 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
 			Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
 			Request: req, ContentLength: int64(len(body))}, nil
+	}
+	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true" && writeResource(req.URL.Path) == "events" {
+		eventReads.Add(1)
 	}
 	if req.Method != http.MethodGet {
 		key := req.Method + " " + writeResource(req.URL.Path)
@@ -221,9 +228,11 @@ func run(m *testing.M) int {
 	mgr, err := ctrl.NewManager(driverCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Service{}: {Transform: servicecache.Strip},
-		}},
+		Cache: cache.Options{ByObject: func() map[client.Object]cache.ByObject {
+			by := CacheByObject(testDriverNS)
+			by[&corev1.Service{}] = cache.ByObject{Transform: servicecache.Strip}
+			return by
+		}()},
 	})
 	if err != nil {
 		panic(err)
