@@ -19,12 +19,14 @@ import (
 
 // The parking policy against the real MetalLB controller: with an autoAssign: true pool in
 // place, a tenant's Service that names a claim (here one that does not exist, so the driver never
-// pins it) is parked by the apiserver on create and MetalLB gives it no address, saying so;
+// pins it) is parked by the apiserver on create and MetalLB gives it no address, its report of
+// the parking pool refused by the chart's parking-events policy;
 // the same tenant's Service that opts out of everything gets an address of that pool, which
 // shows the pool does hand addresses out.
 func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 	f := features.New("parking keeps an auto-assigning pool's addresses off a Service naming a claim").
 		Assess("parked: nothing; not parked: an address", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			started := time.Now()
 			admin := ipamClient(t)
 			ns := tenantNamespace(ctx, t, admin, "tenant-parking")
 			t.Cleanup(func() {
@@ -68,7 +70,7 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 			// MetalLB has looked at the parked Service (it serves in order, and it served the
 			// Service created after it) and refused the parking pool, which the parking-events
 			// policy keeps from being recorded as a Warning...
-			noParkingWarnings(ctx, t, admin, ns, []string{"parked"}, "parked")
+			noParkingWarnings(ctx, t, admin, ns, started, []string{"parked"}, "parked")
 			// ...and it stays without an address.
 			consistently(ctx, t, 5*time.Second, "the parked Service to show no address", func(ctx context.Context) (bool, error) {
 				var s corev1.Service

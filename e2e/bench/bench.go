@@ -165,7 +165,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		p, err := runGroup(ctx, cfg, phases, dir, rep, logf)
 		problems = append(problems, p...)
 		if err != nil {
+			// What an earlier control plane's check found stays in the report.
 			rep.Headline = Headline(rep.Steps)
+			rep.Check = CheckResult{Problems: problems}
 			return rep, err
 		}
 	}

@@ -63,7 +63,7 @@ func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
 		}, metav1.CreateOptions{})
 		return err
 	}
-	refused := func(err error) bool { return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) }
+	refused := func(err error) bool { return apierrors.IsForbidden(err) }
 	// The policy reaches the apiserver's admission through its informers.
 	eventually(t, 30*time.Second, "the parking-events policy to take effect", func() (bool, error) {
 		err := coreEvent("tenant-events", "AllocationFailed", corev1.EventTypeWarning, parkedRefusal("tenant-events", "web"))
@@ -78,6 +78,21 @@ func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
 		if err := newEvent(evNS, "AllocationFailed", corev1.EventTypeWarning, parkedRefusal(evNS, "web")); !refused(err) {
 			t.Errorf("events.k8s.io/v1: MetalLB's refusal of the parking pool in %s was recorded (err %v)", evNS, err)
 		}
+	}
+	// An update that turns a recorded report into the parking refusal (client-go's recorder
+	// patches an event it has said before) is refused too.
+	ev, err := cp.Client.CoreV1().Events("tenant-events").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "web.update"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "tenant-events", Name: "web"},
+		Reason:         "AllocationFailed", Type: corev1.EventTypeWarning, Message: `Failed to allocate IP for "tenant-events/web": no available IPs`,
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Message, ev.Count = parkedRefusal("tenant-events", "web"), 2
+	if _, err := cp.Client.CoreV1().Events("tenant-events").Update(ctx, ev, metav1.UpdateOptions{}); !refused(err) {
+		t.Errorf("an update to MetalLB's refusal of the parking pool was recorded (err %v)", err)
 	}
 	// Everything else is recorded.
 	for _, tt := range []struct{ what, reason, msg string }{

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -422,6 +423,10 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 // cache (CacheByObject). A report the cache does not show yet only delays a nudge to the next
 // re-check.
 func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, string, error) {
+	if s.Namespace != d.Namespace {
+		// The cache holds the reports about the driver's own placeholders only.
+		return time.Time{}, "", fmt.Errorf("MetalLB's reports about %s/%s are not cached: only those in %s are", s.Namespace, s.Name, d.Namespace)
+	}
 	var evs corev1.EventList
 	if err := d.client.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFields{indexEventAbout: string(s.UID)},
 		client.UnsafeDisableDeepCopy); err != nil {

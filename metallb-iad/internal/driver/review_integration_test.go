@@ -382,6 +382,27 @@ func TestAllocationFailedIsReadFromTheCache(t *testing.T) {
 	if n := eventReads.Load() - before; n != 0 {
 		t.Fatalf("looking at %d placeholders read Events from the apiserver %d times, want none (the cache)", len(many), n)
 	}
+	// The cache holds MetalLB's AllocationFailed reports in the driver's namespace and nothing
+	// else (not the IPAllocated report beside it, not the Events of any other namespace: at
+	// 10,000 placeholders that would be 10,000 Events more).
+	tenant := newNamespace(t, "events-elsewhere")
+	if err := admin.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, GenerateName: "metallb-"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: tenant, Name: "web"},
+		Reason:         ReasonAllocationFailed, Message: "Failed to allocate IP", Type: corev1.EventTypeWarning, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var cached corev1.EventList
+	if err := testDriver.client.List(ctx, &cached); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range cached.Items {
+		if e.Namespace != testDriverNS || e.Reason != ReasonAllocationFailed {
+			t.Errorf("the driver caches the Event %s/%s (reason %s)", e.Namespace, e.Name, e.Reason)
+		}
+	}
+	if _, _, err := testDriver.lastAllocationFailed(ctx, tenantService(tenant, "web", nil)); err == nil {
+		t.Error("MetalLB's reports about a Service outside the driver's namespace read as none, not as an error")
+	}
 }
 
 // Finding 8: when a claim goes while its Service is attached, the Service is unpinned once —
