@@ -166,7 +166,7 @@ func TestParkingPoliciesRendering(t *testing.T) {
 
 // The parking policies are rendered only when the cluster serves the v1 MutatingAdmissionPolicy
 // kind (as Helm sees it through discovery), admissionPolicy.parking and admissionPolicy.enabled
-// are on; the service-pins policy does not depend on the kind.
+// are on; the service-pins and hand-over-events policies do not depend on the kind.
 func TestParkingPoliciesGating(t *testing.T) {
 	has := func(objs map[string]map[string]any) (maps, bindings int) {
 		for _, name := range parkingPolicies {
@@ -219,6 +219,11 @@ func TestParkingPoliciesGating(t *testing.T) {
 			for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 				if got := objs[kind+"/metallb-iad-parking-events"] != nil; got != tc.driverParks {
 					t.Errorf("%s metallb-iad-parking-events rendered: %v, want %v", kind, got, tc.driverParks)
+				}
+				// The hand-over-events policy goes with the admission policies, parking or not:
+				// every attach hands an address over.
+				if got := objs[kind+"/metallb-iad-handover-events"] != nil; got != tc.vap {
+					t.Errorf("%s metallb-iad-handover-events rendered: %v, want %v", kind, got, tc.vap)
 				}
 			}
 		})

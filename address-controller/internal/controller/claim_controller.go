@@ -48,11 +48,77 @@ type ClaimReconciler struct {
 	// announce says lasting warnings (several default classes) once per claim.
 	announce *driverkit.Announcer
 	once     sync.Once
+	// binds are the addresses this controller bound that the cache does not show yet (refresh).
+	binds     *bindMemory
+	bindsOnce sync.Once
+}
+
+// bindMemory remembers, per claim, the addresses this controller bound to it until the cache
+// lists them for the claim, or the apiserver shows them gone or bound elsewhere: a refresh reads
+// them although the cache does not list them yet. Entries live from a bind to its event (or to
+// the next refresh), so the memory stays small; a claim that goes forgets its own.
+type bindMemory struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName][]string
+}
+
+func (b *bindMemory) bound(claim types.NamespacedName, address string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !slices.Contains(b.m[claim], address) {
+		b.m[claim] = append(b.m[claim], address)
+	}
+}
+
+func (b *bindMemory) of(claim types.NamespacedName) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.m[claim])
+}
+
+// observed drops the addresses the cache lists for the claim.
+func (b *bindMemory) observed(claim types.NamespacedName, cached []ipamv1.IPAddress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := b.m[claim]
+	if len(names) == 0 {
+		return
+	}
+	names = slices.DeleteFunc(names, func(n string) bool {
+		return slices.ContainsFunc(cached, func(a ipamv1.IPAddress) bool { return a.Name == n })
+	})
+	b.set(claim, names)
+}
+
+// gone drops an address the apiserver shows gone or no longer naming the claim.
+func (b *bindMemory) gone(claim types.NamespacedName, address string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.set(claim, slices.DeleteFunc(b.m[claim], func(n string) bool { return n == address }))
+}
+
+func (b *bindMemory) forget(claim types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, claim)
+}
+
+func (b *bindMemory) set(claim types.NamespacedName, names []string) {
+	if len(names) == 0 {
+		delete(b.m, claim)
+		return
+	}
+	b.m[claim] = names
 }
 
 func (r *ClaimReconciler) announcer() *driverkit.Announcer {
 	r.once.Do(func() { r.announce = &driverkit.Announcer{Recorder: r.Recorder} })
 	return r.announce
+}
+
+func (r *ClaimReconciler) bindMemory() *bindMemory {
+	r.bindsOnce.Do(func() { r.binds = &bindMemory{m: map[types.NamespacedName][]string{}} })
+	return r.binds
 }
 
 func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -130,6 +196,7 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announcer().Forget(req.NamespacedName)
+			r.bindMemory().forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -150,7 +217,7 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		// addresses. The cache may not show yet what an earlier pass (or a driver) wrote, and a
 		// decision from it could bind a second address, or turn a Bound claim Lost or change
 		// its addresses (DESIGN §5a: no decision rests on our own unseen writes).
-		ok, err := r.refresh(ctx, &claim, &sorted)
+		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items)
 		if err != nil || !ok {
 			return reconcile.Result{}, err
 		}
@@ -330,7 +397,18 @@ func mayBind(claim *ipamv1.IPAddressClaim) bool {
 
 // refresh replaces the cached claim and its addresses with the apiserver's. It reports false
 // when the claim is gone or being deleted (a later pass releases it).
-func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses) (bool, error) {
+//
+// The addresses are read one by one, by name: every address the cache lists for the claim, the
+// live claim's status names, or this controller bound to it without the cache showing it yet
+// (binds) — so the view includes all of this controller's own writes (DESIGN §5a) and what its
+// last status write rested on. A read by name costs the apiserver the same whatever the number
+// of addresses; a list by claimRef (a field selector) makes it filter every address, once per
+// write of every claim, which at 10,000 addresses was the core's bottleneck. What it does not
+// see is an address another writer (a driver, an admin) made name the claim a moment ago and
+// the cache does not show yet; a decision without it is one the address's own event corrects:
+// the claim waits a moment longer, or, if an Available address of the class is bound to it
+// meanwhile, the second one is a surplus and is made Available again.
+func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses, cached []ipamv1.IPAddress) (bool, error) {
 	var live ipamv1.IPAddressClaim
 	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), &live); err != nil {
 		return false, client.IgnoreNotFound(err)
@@ -338,9 +416,31 @@ func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressCl
 	if live.DeletionTimestamp != nil || live.UID != claim.UID {
 		return false, nil
 	}
-	addrs, err := liveAddressesOf(ctx, r.Reader, &live)
-	if err != nil {
-		return false, err
+	key := client.ObjectKeyFromObject(claim)
+	r.bindMemory().observed(key, cached)
+	var names []string
+	for _, a := range cached {
+		names = append(names, a.Name)
+	}
+	for _, a := range live.Status.Addresses {
+		names = append(names, a.Name)
+	}
+	names = append(names, r.bindMemory().of(key)...)
+	slices.Sort(names)
+	addrs := make([]ipamv1.IPAddress, 0, len(names))
+	for _, name := range slices.Compact(names) {
+		var a ipamv1.IPAddress
+		if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, &a); apierrors.IsNotFound(err) {
+			r.bindMemory().gone(key, name)
+			continue
+		} else if err != nil {
+			return false, err
+		}
+		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == live.Namespace && ref.Name == live.Name {
+			addrs = append(addrs, a)
+		} else {
+			r.bindMemory().gone(key, name)
+		}
 	}
 	*claim = live
 	*sorted = sortClaimAddresses(claim, addrs)
@@ -540,6 +640,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *ipamv1.IPAddressClaim
 		}
 		return nil, err
 	}
+	r.bindMemory().bound(client.ObjectKeyFromObject(claim), a.Name)
 	return a, nil
 }
 

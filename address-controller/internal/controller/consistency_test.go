@@ -372,3 +372,46 @@ func unmarkOnCleanup(t *testing.T, class string) {
 		}
 	})
 }
+
+// A pass whose bind landed but whose status write did not (refused, or the process stopped
+// short of it on a later attempt) leaves the bind shown nowhere but on the address: not in the
+// claim's status, and not in a cache that lags. The next pass of the same controller must still
+// see it (its refresh reads the addresses it bound by name) and bind no second address.
+func TestPassAfterAnUnrecordedBindSeesTheBind(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "unrecorded", noDriver)
+	a := newAddress(t, "203.0.113.140", "unrecorded", nil)
+	b := newAddress(t, "203.0.113.141", "unrecorded", nil)
+	newClaim(t, ns, "c", "unrecorded", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: noDriver}
+	})
+	stale := frozenClient(t)
+	r := claimReconciler(frozenClient(t), liveClient(t), NewMetrics(nil))
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ref := getAddress(t, a.Name).Spec.ClaimRef; ref == nil || ref.Name != "c" {
+		t.Fatalf("first pass bound nothing to c: %+v", ref)
+	}
+	// The status write is lost: the claim shows no address.
+	c := getClaim(t, ns, "c")
+	c.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending}
+	if err := admin.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// The same controller's next pass, on a cache from before the bind.
+	r.Client = stale
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ref := getAddress(t, b.Name).Spec.ClaimRef; ref != nil {
+		t.Errorf("a pass that did not see its own bind bound a second address, %s, to %s/%s", b.Name, ref.Namespace, ref.Name)
+	}
+	if c := getClaim(t, ns, "c"); c.Status.Phase != ipamv1.ClaimBound || len(c.Status.Addresses) != 1 || c.Status.Addresses[0].Name != a.Name {
+		t.Errorf("the claim's status is %+v, want Bound to %s", c.Status, a.Name)
+	}
+}

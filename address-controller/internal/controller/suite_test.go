@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -134,6 +135,7 @@ rules:
 		panic(err)
 	}
 	coreCfg = userConfig(cfg, coreUser)
+	coreCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt} })
 	driverCfg := userConfig(cfg, driverUser)
 
 	core, err = startCore(coreCfg)

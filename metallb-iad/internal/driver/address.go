@@ -253,8 +253,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if err != nil {
 		return nil, nil // the CRD rejects these; nothing to hold
 	}
-	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
-		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter}
+	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter, metallbPassed: d.progress.passed(),
+		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter, notServedAfter: d.NotServedAfter,
+		unservedSince: d.stale.unservedSince(a.Name)}
 	var class ipamv1.IPAddressClass
 	if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
 		v.class = &class
@@ -405,7 +406,7 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 		t, msg, err := d.lastAllocationFailed(ctx, s)
 		if err != nil {
 			// Not knowing MetalLB's last report must not stop the rest of the pass (teardown,
-			// Lost, Conflict, the hold): without one, the nudge waits for a minute of silence.
+			// Lost, Conflict, the hold): without one, the nudge waits for the silence.
 			log.FromContext(ctx).Info("cannot read MetalLB's AllocationFailed events; nudging after the silence instead",
 				"service", s.Namespace+"/"+s.Name, "error", err.Error())
 			continue
@@ -553,6 +554,9 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	}
 	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
 		return err
+	}
+	if p.unserved != nil {
+		d.stale.setUnserved(a.Name, *p.unserved)
 	}
 	for _, c := range p.clearIngress {
 		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).

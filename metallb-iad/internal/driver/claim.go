@@ -73,7 +73,7 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 
 func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (provisionView, error) {
 	v := provisionView{
-		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter,
+		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter, metallbPassed: d.progress.passed(),
 		have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
 		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
 	}

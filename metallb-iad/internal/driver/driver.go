@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -42,6 +45,9 @@ type Driver struct {
 	// driver releases the names MetalLB may keep its IP under; zero (DefaultReleaseAfter) is off.
 	ReleaseFor   time.Duration
 	ReleaseAfter time.Duration
+	// NotServedAfter is how long a Service this driver pinned may wait for MetalLB before the
+	// driver reports it (plan_notserved.go); DefaultNotServedAfter when zero, negative is off.
+	NotServedAfter time.Duration
 	// NoParking turns the driver's own parking off (the chart's admissionPolicy.parking: false):
 	// it then parks no Service, and takes the parking annotation off those it finds parked.
 	NoParking bool
@@ -61,7 +67,9 @@ type Driver struct {
 	stale *staleMemory
 	// cleared remembers the stale ingresses this driver cleared (planAddress, staleHolder).
 	cleared *clearMemory
-	now     func() time.Time
+	// progress is how far MetalLB has got through its work (progress.go).
+	progress *metallbProgress
+	now      func() time.Time
 	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
 	// periodic sweep alone).
 	eventSweepOff atomic.Bool
@@ -88,9 +96,23 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if d.ReleaseAfter == 0 {
 		d.ReleaseAfter = DefaultReleaseAfter
 	}
+	if d.NotServedAfter == 0 {
+		d.NotServedAfter = DefaultNotServedAfter
+	}
 	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
 	d.stale = newStaleMemory()
 	d.cleared = newClearMemory()
+	d.progress = &metallbProgress{namespace: d.Namespace}
+	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
+	if err != nil {
+		return err
+	}
+	if _, err := services.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    d.progress.see,
+		UpdateFunc: func(_, o any) { d.progress.see(o) },
+	}); err != nil {
+		return err
+	}
 	if d.SweepEvery == 0 {
 		d.SweepEvery = driverkit.MaxRecheck
 	}

@@ -69,6 +69,8 @@ type addressView struct {
 	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
+	// metallbPassed is how far MetalLB has got (metallbProgress).
+	metallbPassed time.Time
 
 	// stale is what the pass knows of MetalLB's possibly kept allocations of the IP
 	// (plan_release.go); releaseFor is how long a release Service lives, releaseAfter how long an
@@ -76,6 +78,11 @@ type addressView struct {
 	stale        staleView
 	releaseFor   time.Duration
 	releaseAfter time.Duration
+
+	// unservedSince is when this driver first saw the attached Service wait unserved (its
+	// memory; zero when none); notServedAfter how long before it says so (plan_notserved.go).
+	unservedSince  time.Time
+	notServedAfter time.Duration
 
 	namespace  string
 	now        time.Time
@@ -113,6 +120,9 @@ type addressPlan struct {
 	clearIngress []ingressClear
 	// release are the release Services to create and delete (plan_release.go).
 	release releasePlan
+	// unserved is the new memory of when the attached Service began to wait unserved; a zero
+	// time forgets it (plan_notserved.go).
+	unserved *time.Time
 	// status is the driver's part of the status to write, nil when unchanged.
 	status *ipamv1.IPAddressStatus
 	events []event
@@ -187,6 +197,7 @@ func planAddress(v addressView) addressPlan {
 		if lostReason == "" && attachedUnserved(&v) {
 			waiting = v.attached
 		}
+		planNotServed(v, waiting != nil, status, &p)
 	case lostReason != "":
 		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.
 		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
@@ -199,6 +210,9 @@ func planAddress(v addressView) addressPlan {
 		p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
 	default:
 		waiting = planHold(v, status, &p)
+	}
+	if v.attached == nil && !v.unservedSince.IsZero() {
+		p.unserved = &time.Time{} // no attached Service waits any more
 	}
 	planRelease(v, waiting, status, &p)
 
@@ -289,7 +303,7 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 	}
 	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
-	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID])
+	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID], v.metallbPassed)
 	if nudge {
 		p.nudge = hold
 	}
@@ -302,9 +316,11 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 // is deleted; a placeholder it has not refused is merely waiting its turn, and a touch would be
 // a wasted write. So a nudge needs MetalLB's AllocationFailed since the last touch (failedAt,
 // zero when none was seen), at most every nudgeAfter at first, backing off to a quarter of the
-// placeholder's age, at most a minute; without such a report, only after a minute of silence (an
-// event MetalLB's recorder dropped must not strand it).
-func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time) (bool, time.Duration) {
+// placeholder's age, at most a minute. Without such a report (an event MetalLB's recorder dropped
+// must not strand it), after a minute of silence once MetalLB has served a placeholder touched
+// later than this one (passed, metallbProgress: it went past this one), or after silenceCap
+// whatever MetalLB did.
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt, passed time.Time) (bool, time.Duration) {
 	last := lastTouch(s)
 	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
 	every = min(every, driverkit.MaxRecheck)
@@ -315,11 +331,15 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 	if !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second)) {
 		return true, every
 	}
-	if silent := now.Sub(last); silent >= driverkit.MaxRecheck {
+	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (passed.After(last) || silent >= silenceCap) {
 		return true, every
 	}
 	return false, every
 }
+
+// silenceCap is the longest a placeholder waits without a report before it is nudged, however
+// far behind MetalLB seems to be (a mark that does not move: MetalLB serves nothing else).
+const silenceCap = 5 * time.Minute
 
 // lastTouch is when a placeholder was created or last nudged.
 func lastTouch(s *corev1.Service) time.Time {

@@ -585,6 +585,12 @@ func fuzzAddressView(data []byte) addressView {
 		}
 		others = append(others, s)
 	}
+	// The driver's memory of an attached Service waiting unserved (plan_notserved.go): none,
+	// recent, or older than NotServedAfter.
+	v.notServedAfter = 3 * time.Minute
+	if c.yes(2) {
+		v.unservedSince = fuzzNow.Add(-time.Duration(c.n(400)) * time.Second)
+	}
 	refreshAddressView(&v, others)
 	return v
 }
@@ -708,6 +714,9 @@ func applyAddressPlan(v addressView, p addressPlan, others []*corev1.Service) ad
 	}
 	if v.attachedGone && a.Status.AttachedTo == nil {
 		v.attachedGone = false
+	}
+	if p.unserved != nil {
+		v.unservedSince = *p.unserved
 	}
 	refreshAddressView(&v, others)
 	return v

@@ -38,6 +38,8 @@ type provisionView struct {
 	// failedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
 	// up only for those mayNudge).
 	failedAt map[types.UID]time.Time
+	// metallbPassed is how far MetalLB has got (metallbProgress).
+	metallbPassed time.Time
 
 	namespace  string
 	now        time.Time
@@ -129,7 +131,7 @@ func planProvision(v provisionView) provisionPlan {
 		}
 		ip, ok := servedIP(s, fam)
 		if !ok {
-			nudge, wait := nudgeDue(s, v.now, v.nudgeAfter, v.failedAt[s.UID])
+			nudge, wait := nudgeDue(s, v.now, v.nudgeAfter, v.failedAt[s.UID], v.metallbPassed)
 			if nudge {
 				p.nudge = append(p.nudge, s)
 			}

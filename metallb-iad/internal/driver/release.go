@@ -23,6 +23,9 @@ type staleMemory struct {
 	// the address's IP, or as its hold for an attach, by address (the last few): the names
 	// MetalLB may keep the IP under besides the usual ones.
 	deleted map[string][]string
+	// unserved is since when an address's attached Service has waited unserved
+	// (plan_notserved.go).
+	unserved map[string]time.Time
 }
 
 // maxDeletedNames bounds the names remembered per address (keys are addresses' names, one per
@@ -30,7 +33,7 @@ type staleMemory struct {
 const maxDeletedNames = 4
 
 func newStaleMemory() *staleMemory {
-	return &staleMemory{m: map[string]staleWait{}, deleted: map[string][]string{}}
+	return &staleMemory{m: map[string]staleWait{}, deleted: map[string][]string{}, unserved: map[string]time.Time{}}
 }
 
 func (s *staleMemory) get(address string) (staleWait, []string) {
@@ -66,6 +69,26 @@ func (s *staleMemory) forget(address string) {
 	defer s.mu.Unlock()
 	delete(s.m, address)
 	delete(s.deleted, address)
+	delete(s.unserved, address)
+}
+
+// unservedSince is since when address's attached Service has waited unserved (zero: not
+// remembered).
+func (s *staleMemory) unservedSince(address string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unserved[address]
+}
+
+// setUnserved remembers since (a zero since forgets).
+func (s *staleMemory) setUnserved(address string, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if since.IsZero() {
+		delete(s.unserved, address)
+		return
+	}
+	s.unserved[address] = since
 }
 
 // staleSnapshot completes an address view with what it knows of MetalLB's kept allocations:

@@ -239,7 +239,8 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery()}
+	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery(),
+		NotServedAfter: notServedAfter()}
 	testDriver = d
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
@@ -248,6 +249,16 @@ func run(m *testing.M) int {
 	d.expect.off = os.Getenv("TEST_NO_EXPECTATIONS") != ""
 	go func() { _ = mgr.Start(ctx) }()
 	return m.Run()
+}
+
+// notServedAfter is the test driver's NotServedAfter: 10s (longer than the MetalLB stand-in
+// takes under make test's load), or $TEST_NOT_SERVED_AFTER (-1s shows the NotServed test failing
+// without the report).
+func notServedAfter() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("TEST_NOT_SERVED_AFTER")); err == nil {
+		return d
+	}
+	return 10 * time.Second
 }
 
 // sweepEvery is the test driver's orphan-sweep period: a second, or $TEST_SWEEP_EVERY (an hour

@@ -1,0 +1,48 @@
+package driver
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The mark moves on only for a placeholder of the driver's namespace that MetalLB serves, to its
+// last touch, and never back.
+func TestMetalLBProgress(t *testing.T) {
+	m := &metallbProgress{namespace: testDriverNS}
+	placeholder := func(role string, created time.Time, served bool) *corev1.Service {
+		s := svc(testDriverNS, "p", "p")
+		s.CreationTimestamp.Time = created
+		s.Labels[LabelRole] = role
+		if served {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.5"}}
+		}
+		return s
+	}
+	tenant := svc("t", "web", "web", "203.0.113.6")
+	tenant.CreationTimestamp.Time = t0.Add(time.Hour)
+	release := placeholder(RoleRelease, t0.Add(time.Hour), true)
+	elsewhere := placeholder(RoleHold, t0.Add(time.Hour), true)
+	elsewhere.Namespace = "other"
+	for _, o := range []any{tenant, release, elsewhere, placeholder(RoleHold, t0.Add(time.Hour), false), "not a Service"} {
+		m.see(o)
+	}
+	if !m.passed().IsZero() {
+		t.Fatalf("mark %v from Services that are not served placeholders of the driver", m.passed())
+	}
+	m.see(placeholder(RoleProvisioning, t0.Add(time.Minute), true))
+	if got := m.passed(); !got.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("mark %v, want the provisioning placeholder's creation", got)
+	}
+	nudged := placeholder(RoleHold, t0, true)
+	nudged.Annotations[AnnotationNudge] = t0.Add(2 * time.Minute).Format(time.RFC3339Nano)
+	m.see(nudged)
+	if got := m.passed(); !got.Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("mark %v, want the hold's nudge", got)
+	}
+	m.see(placeholder(RoleHold, t0.Add(time.Second), true))
+	if got := m.passed(); !got.Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("mark went back to %v", got)
+	}
+}

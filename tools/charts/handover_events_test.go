@@ -1,0 +1,124 @@
+package charts
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// handoverRefusal is MetalLB's message (v0.15.2, controller/service.go and its allocator) when it
+// handles a Service pinned to an IP it still counts as used by the Services in users.
+func handoverRefusal(ns, name string, users ...string) string {
+	key := ns + "/" + name
+	return fmt.Sprintf("Failed to allocate IP for %q: can't change sharing key for %q, address also in use by %s", key, key, strings.Join(users, ","))
+}
+
+// The hand-over-events policy on a real kube-apiserver, installed by Helm from the chart:
+// MetalLB's AllocationFailed about a Service whose IP it still counts as the driver's
+// placeholder's is not recorded (core/v1 and events.k8s.io/v1, any namespace but the driver's);
+// the same report naming any Service outside the driver's namespace, any report about a Service
+// in the driver's namespace (the driver reads those), and every other event are.
+func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
+	cp := startAPIServer(t)
+	ctx := context.Background()
+	if err := cp.InstallCRDs(ctx, filepath.Join(Dir(root, "address-controller"), "files", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "cozy-metallb-iad"
+	for _, n := range []string{ns, cp.MetalLBNamespace, "tenant-events", "plain-events"} {
+		if err := cp.EnsureNamespace(ctx, n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(Dir(root, "metallb-iad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Parking off: this policy does not depend on it.
+	values := map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace, "admissionPolicy": map[string]any{"parking": false}}
+	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, values); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	coreEvent := func(evNS, reason, msg string) error {
+		n++
+		_, err := cp.Client.CoreV1().Events(evNS).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
+			Reason:         reason, Type: corev1.EventTypeWarning, Message: msg, Source: corev1.EventSource{Component: "metallb-controller"},
+			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+		}, metav1.CreateOptions{})
+		return err
+	}
+	newEvent := func(evNS, reason, note string) error {
+		n++
+		_, err := cp.Client.EventsV1().Events(evNS).Create(ctx, &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
+			Regarding:  corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
+			Reason:     reason, Type: corev1.EventTypeWarning, Note: note, Action: "Allocate",
+			ReportingController: "metallb-controller", ReportingInstance: "metallb-controller-0", EventTime: metav1.NowMicro(),
+		}, metav1.CreateOptions{})
+		return err
+	}
+	refused := func(err error) bool { return apierrors.IsForbidden(err) }
+	eventually(t, 30*time.Second, "the hand-over-events policy to take effect", func() (bool, error) {
+		err := coreEvent("tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10"))
+		return refused(err), err
+	})
+	for _, evNS := range []string{"tenant-events", "plain-events"} {
+		for _, users := range [][]string{
+			{ns + "/hold-ip-203-0-113-10"},
+			{ns + "/hold-ip-203-0-113-10", ns + "/claim-0b1f-v4"},
+		} {
+			msg := handoverRefusal(evNS, "web", users...)
+			if err := coreEvent(evNS, "AllocationFailed", msg); !refused(err) {
+				t.Errorf("core/v1: %q in %s was recorded (err %v)", msg, evNS, err)
+			} else if !strings.Contains(err.Error(), "handed over") {
+				t.Errorf("core/v1: the denial does not say why: %v", err)
+			}
+			if err := newEvent(evNS, "AllocationFailed", msg); !refused(err) {
+				t.Errorf("events.k8s.io/v1: %q in %s was recorded (err %v)", msg, evNS, err)
+			}
+		}
+	}
+	// An update that turns a recorded report into the hand-over report is refused too.
+	ev, err := cp.Client.CoreV1().Events("tenant-events").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "web.update"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "tenant-events", Name: "web"},
+		Reason:         "AllocationFailed", Type: corev1.EventTypeWarning, Message: `Failed to allocate IP for "tenant-events/web": no available IPs`,
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Message, ev.Count = handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10"), 2
+	if _, err := cp.Client.CoreV1().Events("tenant-events").Update(ctx, ev, metav1.UpdateOptions{}); !refused(err) {
+		t.Errorf("an update to the hand-over report was recorded (err %v)", err)
+	}
+	// Everything else is recorded.
+	for _, tt := range []struct{ what, ns, reason, msg string }{
+		{"a conflict with a tenant's Service", "tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", "tenant-events/other")},
+		{"a conflict with a tenant's Service and a placeholder", "tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10", "plain-events/db")},
+		{"a Service in a namespace whose name starts like the driver's", "tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", ns+"-other/hold-ip-203-0-113-10")},
+		{"the driver's namespace with no Service name", "tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", ns+"/")},
+		{"a report about a placeholder (the driver reads those)", ns, "AllocationFailed", handoverRefusal(ns, "hold-ip-203-0-113-10", ns+"/claim-0b1f-v4")},
+		{"an exhausted pool", "tenant-events", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": no available IPs`},
+		{"a port conflict", "tenant-events", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": port 80/TCP is already in use on "203.0.113.10"`},
+		{"another reason quoting the hand-over", "tenant-events", "ClearAssignment", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10")},
+	} {
+		if err := coreEvent(tt.ns, tt.reason, tt.msg); err != nil {
+			t.Errorf("core/v1: %s was not recorded: %v", tt.what, err)
+		}
+		if err := newEvent(tt.ns, tt.reason, tt.msg); err != nil {
+			t.Errorf("events.k8s.io/v1: %s was not recorded: %v", tt.what, err)
+		}
+	}
+}
