@@ -100,6 +100,10 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 			// (its log says so). The chart's hand-over-events policy keeps that report off the
 			// tenant's Service, since the IP is "in use by" a Service of the driver's namespace.
 			s.refusedInLog(ctx, t, st.Size(), "kept", hold)
+			s.allowMetalLB(ctx, t)
+			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
+			// By now MetalLB has long tried to record its refusal (events are recorded in the
+			// background, within a second or so): none is on the tenant's Service.
 			var evs eventsv1.EventList
 			if err := c.List(ctx, &evs, client.InNamespace(s.ns)); err != nil {
 				t.Fatal(err)
@@ -109,8 +113,6 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 					t.Errorf("MetalLB's report was recorded on the tenant's Service: %s", e.Note)
 				}
 			}
-			s.allowMetalLB(ctx, t)
-			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
 			s.checkSettled(ctx, t)
 			return ctx
 		}).Feature()

@@ -54,9 +54,10 @@ type ClaimReconciler struct {
 }
 
 // bindMemory remembers, per claim, the addresses this controller bound to it until the cache
-// lists them for the claim, or the apiserver shows them gone or bound elsewhere: a refresh reads
-// them although the cache does not list them yet. Entries live from a bind to its event (or to
-// the next refresh), so the memory stays small; a claim that goes forgets its own.
+// lists them for the claim (any pass of the claim looks), or a refresh finds them gone or bound
+// elsewhere: a refresh reads them although the cache does not list them yet. An entry lives from
+// a bind to the claim's next pass (the bind's own event brings one), so the memory holds the
+// binds in flight; a claim that goes forgets its own.
 type bindMemory struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName][]string
@@ -207,6 +208,7 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.Client.List(ctx, &refs, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.bindMemory().observed(req.NamespacedName, refs.Items)
 	sorted := sortClaimAddresses(&claim, refs.Items)
 	pass, err := r.decide(ctx, &claim, sorted)
 	if err != nil {
@@ -217,12 +219,22 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		// addresses. The cache may not show yet what an earlier pass (or a driver) wrote, and a
 		// decision from it could bind a second address, or turn a Bound claim Lost or change
 		// its addresses (DESIGN §5a: no decision rests on our own unseen writes).
-		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items)
+		all := pass.binds()
+		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items, all)
 		if err != nil || !ok {
 			return reconcile.Result{}, err
 		}
 		if pass, err = r.decide(ctx, &claim, sorted); err != nil {
 			return reconcile.Result{}, err
+		}
+		if !all && pass.binds() {
+			// A bind rests on every address that names the claim (refresh).
+			if ok, err := r.refresh(ctx, &claim, &sorted, refs.Items, true); err != nil || !ok {
+				return reconcile.Result{}, err
+			}
+			if pass, err = r.decide(ctx, &claim, sorted); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 	return r.apply(ctx, &claim, pass)
@@ -251,10 +263,14 @@ type claimPass struct {
 	quietFor time.Duration
 }
 
+// binds reports whether the pass binds an address.
+func (p *claimPass) binds() bool {
+	return slices.ContainsFunc(p.plans, func(f familyPlan) bool { return len(f.candidates) > 0 })
+}
+
 // writes reports whether applying the pass writes anything.
 func (p *claimPass) writes() bool {
-	return p.finalizer || p.stamp != "" || p.statusChanges || len(p.sorted.needUID) > 0 || len(p.sorted.surplus) > 0 ||
-		slices.ContainsFunc(p.plans, func(f familyPlan) bool { return len(f.candidates) > 0 })
+	return p.finalizer || p.stamp != "" || p.statusChanges || len(p.sorted.needUID) > 0 || len(p.sorted.surplus) > 0 || p.binds()
 }
 
 // decide reads what one pass needs (from the cache, apart from the claim and its addresses,
@@ -398,17 +414,18 @@ func mayBind(claim *ipamv1.IPAddressClaim) bool {
 // refresh replaces the cached claim and its addresses with the apiserver's. It reports false
 // when the claim is gone or being deleted (a later pass releases it).
 //
-// The addresses are read one by one, by name: every address the cache lists for the claim, the
-// live claim's status names, or this controller bound to it without the cache showing it yet
-// (binds) — so the view includes all of this controller's own writes (DESIGN §5a) and what its
+// With all, the addresses are listed by claimRef: a pass that binds sees every address that
+// names the claim, one a driver or an admin made a moment ago included, so it never binds a
+// second one. Otherwise they are read one by one, by name: every address the cache lists for the
+// claim, the live claim's status names, or this controller bound to it without the cache showing
+// it yet (binds) — a view with all of this controller's own writes (DESIGN §5a) and what its
 // last status write rested on. A read by name costs the apiserver the same whatever the number
-// of addresses; a list by claimRef (a field selector) makes it filter every address, once per
-// write of every claim, which at 10,000 addresses was the core's bottleneck. What it does not
-// see is an address another writer (a driver, an admin) made name the claim a moment ago and
-// the cache does not show yet; a decision without it is one the address's own event corrects:
-// the claim waits a moment longer, or, if an Available address of the class is bound to it
-// meanwhile, the second one is a surplus and is made Available again.
-func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses, cached []ipamv1.IPAddress) (bool, error) {
+// of addresses, while a list by claimRef (a field selector) makes it filter every address: once
+// per write of every claim, that was the core's bottleneck at 10,000 addresses. What a read by
+// name can miss is an address another writer made name the claim a moment ago that the cache
+// does not show yet; the status then waits for that address's own event, which brings the claim
+// back.
+func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses, cached []ipamv1.IPAddress, all bool) (bool, error) {
 	var live ipamv1.IPAddressClaim
 	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), &live); err != nil {
 		return false, client.IgnoreNotFound(err)
@@ -416,8 +433,16 @@ func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressCl
 	if live.DeletionTimestamp != nil || live.UID != claim.UID {
 		return false, nil
 	}
+	if all {
+		addrs, err := liveAddressesOf(ctx, r.Reader, &live)
+		if err != nil {
+			return false, err
+		}
+		*claim = live
+		*sorted = sortClaimAddresses(claim, addrs)
+		return true, nil
+	}
 	key := client.ObjectKeyFromObject(claim)
-	r.bindMemory().observed(key, cached)
 	var names []string
 	for _, a := range cached {
 		names = append(names, a.Name)

@@ -254,8 +254,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 		return nil, nil // the CRD rejects these; nothing to hold
 	}
 	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter, metallbPassed: d.progress.passed(),
-		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter, notServedAfter: d.NotServedAfter,
-		unservedSince: d.stale.unservedSince(a.Name)}
+		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter, notServedAfter: d.NotServedAfter}
 	var class ipamv1.IPAddressClass
 	if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
 		v.class = &class
@@ -301,6 +300,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 			v.attached = &svc
 		}
 	}
+	v.unserved = d.stale.unservedOf(a.Name)
 	if v.holders, err = d.holdersOf(ctx, a, ip); err != nil {
 		return nil, err
 	}

@@ -79,9 +79,9 @@ type addressView struct {
 	releaseFor   time.Duration
 	releaseAfter time.Duration
 
-	// unservedSince is when this driver first saw the attached Service wait unserved (its
-	// memory; zero when none); notServedAfter how long before it says so (plan_notserved.go).
-	unservedSince  time.Time
+	// unserved is this driver's memory of an attached Service's wait unserved (zero when none);
+	// notServedAfter how long before it says so (plan_notserved.go).
+	unserved       unservedWait
 	notServedAfter time.Duration
 
 	namespace  string
@@ -120,9 +120,9 @@ type addressPlan struct {
 	clearIngress []ingressClear
 	// release are the release Services to create and delete (plan_release.go).
 	release releasePlan
-	// unserved is the new memory of when the attached Service began to wait unserved; a zero
-	// time forgets it (plan_notserved.go).
-	unserved *time.Time
+	// unserved is the new memory of the attached Service's wait unserved; a zero one forgets it
+	// (plan_notserved.go).
+	unserved *unservedWait
 	// status is the driver's part of the status to write, nil when unchanged.
 	status *ipamv1.IPAddressStatus
 	events []event
@@ -211,8 +211,8 @@ func planAddress(v addressView) addressPlan {
 	default:
 		waiting = planHold(v, status, &p)
 	}
-	if v.attached == nil && !v.unservedSince.IsZero() {
-		p.unserved = &time.Time{} // no attached Service waits any more
+	if v.attached == nil && !v.unserved.since.IsZero() {
+		p.unserved = &unservedWait{} // no attached Service waits any more
 	}
 	planRelease(v, waiting, status, &p)
 

@@ -587,9 +587,9 @@ func fuzzAddressView(data []byte) addressView {
 	}
 	// The driver's memory of an attached Service waiting unserved (plan_notserved.go): none,
 	// recent, or older than NotServedAfter.
-	v.notServedAfter = 3 * time.Minute
+	v.notServedAfter = 10 * time.Minute
 	if c.yes(2) {
-		v.unservedSince = fuzzNow.Add(-time.Duration(c.n(400)) * time.Second)
+		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(1200)) * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
 	}
 	refreshAddressView(&v, others)
 	return v
@@ -716,7 +716,7 @@ func applyAddressPlan(v addressView, p addressPlan, others []*corev1.Service) ad
 		v.attachedGone = false
 	}
 	if p.unserved != nil {
-		v.unservedSince = *p.unserved
+		v.unserved = *p.unserved
 	}
 	refreshAddressView(&v, others)
 	return v

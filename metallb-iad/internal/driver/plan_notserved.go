@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
@@ -16,43 +18,54 @@ import (
 // Service, so a refusal that lasts is the driver's to report: MetalLB keeping the IP for a
 // placeholder deleted in its restart window (plan_release.go), or anything else that keeps it
 // from serving the pin. After NotServedAfter the address says Held=False NotServed and the
-// Service gets a Warning, once; both end when MetalLB serves it. Shorter waits are MetalLB's
-// backlog (hundreds of Services attaching at once) and cost no write.
+// Service gets one Warning, when the condition turns so; both end when MetalLB serves it, and a
+// recurrence is said again. Shorter waits are MetalLB's backlog and cost no write.
 
 // ReasonNotServed (Held=False, and the Warning on the Service): MetalLB has not served the
 // attached Service its pinned address for NotServedAfter.
 const ReasonNotServed = "NotServed"
 
-// DefaultNotServedAfter is Driver.NotServedAfter when zero: longer than MetalLB takes to work
-// through the attaches of a thousand Services at once on a small control plane
-// (docs/benchmarks.md).
-const DefaultNotServedAfter = 3 * time.Minute
+// DefaultNotServedAfter is Driver.NotServedAfter when zero. MetalLB v0.15.2 takes minutes to work
+// through a thousand attaches at once on a small control plane (it passes over every Service
+// after each hold it sees deleted: docs/benchmarks.md), and a Service is not reported while
+// MetalLB may merely not have got to it.
+const DefaultNotServedAfter = 10 * time.Minute
 
-// planNotServed reports an attached Service MetalLB has not served for v.notServedAfter, from
-// the driver's memory of when it first saw it so (v.unservedSince), and keeps that memory:
-// unserved says whether the attached Service waits now.
+// unservedWait is the driver's memory of an attached Service waiting unserved: since when, and
+// which Service (a re-link may attach another one to the address before a pass sees it free).
+type unservedWait struct {
+	since time.Time
+	uid   types.UID
+}
+
+// planNotServed reports an attached Service MetalLB has not served for v.notServedAfter (unserved
+// says it waits now), from the driver's memory of when it first saw it so (v.unserved), and keeps
+// that memory.
 func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	held := findCondition(v.addr, ipamv1.ConditionHeld)
-	wasSaid := held != nil && held.Reason == ReasonNotServed
+	said := held != nil && held.Status == "False" && held.Reason == ReasonNotServed
+	var since time.Time
+	if v.attached != nil && v.unserved.uid == v.attached.UID {
+		since = v.unserved.since
+	}
 	if !unserved {
-		if !v.unservedSince.IsZero() {
-			p.unserved = &time.Time{} // forget
-		}
-		if wasSaid && v.attached != nil {
-			// Said once while it lasted; a recurrence is said again.
-			p.unsay = append(p.unsay, unsay{obj: v.attached, topic: notServedTopic(v.addr)})
+		if !v.unserved.since.IsZero() {
+			p.unserved = &unservedWait{} // forget (this Service's wait, or another's)
 		}
 		return
 	}
-	since := v.unservedSince
 	if since.IsZero() {
 		since = v.now
-		p.unserved = &since
+		if said {
+			// Said before this driver restarted (its memory went with it): still due.
+			since = held.LastTransitionTime.Add(-v.notServedAfter)
+		}
+		p.unserved = &unservedWait{since: since, uid: v.attached.UID}
 	}
 	if v.notServedAfter <= 0 {
 		return
 	}
-	if wait := v.notServedAfter - v.now.Sub(since); wait > 0 {
+	if wait := v.notServedAfter - v.now.Sub(since); wait > 0 && !said {
 		// Nothing waits on an event alone (DESIGN §5a): looked at again when it would be due
 		// (at most a minute away, as every re-check).
 		p.requeue = driverkit.Sooner(p.requeue, min(wait, driverkit.MaxRecheck))
@@ -62,12 +75,12 @@ func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus,
 	setCondition(v.addr, status, ipamv1.ConditionHeld, false, ReasonNotServed,
 		fmt.Sprintf("attached to Service %s/%s, which MetalLB has not served %s for over %s: see the Service's events and MetalLB's controller log",
 			s.Namespace, s.Name, v.ip, v.notServedAfter))
-	p.events = append(p.events, event{obj: s, warning: true, reason: ReasonNotServed, once: true, topic: notServedTopic(v.addr),
-		message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service) for over %s; its controller log says why (after a restart MetalLB can keep an address for a Service that no longer exists: restarting its controller frees it)",
-			v.ip, v.addr.Name, v.notServedAfter)})
+	if !said {
+		// Said when the condition turns, after its write (a failed write says it again on the
+		// next pass, not twice): a restart of the driver says nothing new.
+		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonNotServed,
+			message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service) for over %s; its controller log says why (after a restart MetalLB can keep an address for a Service that no longer exists: restarting its controller frees it)",
+				v.ip, v.addr.Name, v.notServedAfter)})
+	}
 	p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(since, v.now, time.Second))
 }
-
-// notServedTopic is what the Announcer remembers a NotServed Warning under: one per address (a
-// dual-stack Service has two).
-func notServedTopic(a *ipamv1.IPAddress) string { return ReasonNotServed + "/" + a.Name }

@@ -12,70 +12,84 @@ import (
 
 func TestPlanNotServed(t *testing.T) {
 	const ip = "203.0.113.5"
-	const after = 3 * time.Minute
+	const after = 10 * time.Minute
 	waiting := pinned(svc("t", "web", "web-uid"), ip)    // pinned, MetalLB shows nothing
 	served := pinned(svc("t", "web", "web-uid", ip), ip) // pinned and served
-	saidBefore := func() *ipamv1.IPAddress {
+	attached := func() *ipamv1.IPAddress {
 		a := testAddress(ip, Finalizer)
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "web-uid"}
-		a.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: ReasonNotServed,
-			Message: "m", LastTransitionTime: metav1.NewTime(t0)}}
 		return a
 	}
-	notServedEvents := func(p addressPlan) int {
+	// said is the address as the driver wrote it once it reported the Service (the condition as
+	// planAddress writes it, its transition at saidAt).
+	saidAt := t0.Add(-time.Hour)
+	said := func() *ipamv1.IPAddress {
+		p := planAddress(view(attached(), func(v *addressView) {
+			v.attached, v.notServedAfter = waiting, after
+			v.unserved = unservedWait{since: v.now.Add(-after), uid: "web-uid"}
+		}))
+		a := attached()
+		a.Status = *p.status
+		for i := range a.Status.Conditions {
+			a.Status.Conditions[i].LastTransitionTime = metav1.NewTime(saidAt)
+		}
+		return a
+	}
+	mem := func(ago time.Duration) func(*addressView) {
+		return func(v *addressView) { v.unserved = unservedWait{since: v.now.Add(-ago), uid: "web-uid"} }
+	}
+	notServedEvents := func(t *testing.T, p addressPlan) int {
 		n := 0
 		for _, e := range p.events {
 			if e.reason == ReasonNotServed {
-				if !e.warning || !e.once || e.obj.GetName() != "web" || e.topic != notServedTopic(testAddress(ip)) {
-					t.Errorf("NotServed event %+v: want a Warning on the Service, said once under its address's topic", e)
+				if !e.warning || e.obj.GetName() != "web" {
+					t.Errorf("NotServed event %+v: want a Warning on the Service", e)
 				}
 				n++
 			}
 		}
 		return n
 	}
+	heldReason := func(p addressPlan, a *ipamv1.IPAddress) string {
+		c := cond(p, ipamv1.ConditionHeld)
+		if p.status == nil {
+			c = findCondition(a, ipamv1.ConditionHeld)
+		}
+		if c == nil {
+			return ""
+		}
+		return string(c.Status) + "/" + c.Reason
+	}
 	for _, tc := range []struct {
 		name  string
 		v     addressView
-		check func(t *testing.T, p addressPlan)
+		check func(t *testing.T, v addressView, p addressPlan)
 	}{
-		{"first seen unserved: remembered, nothing said, looked at again when due", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"first seen unserved: remembered for this Service, nothing said, looked at again", view(attached(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, after
-		}), func(t *testing.T, p addressPlan) {
-			if p.unserved == nil || !p.unserved.Equal(t0.Add(10*time.Second)) {
-				t.Fatalf("memory %v, want now", p.unserved)
+		}), func(t *testing.T, v addressView, p addressPlan) {
+			if p.unserved == nil || *p.unserved != (unservedWait{since: v.now, uid: "web-uid"}) {
+				t.Fatalf("memory %+v, want now for web-uid", p.unserved)
 			}
-			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAttached {
-				t.Fatalf("Held %+v", c)
-			}
-			if notServedEvents(p) != 0 || p.requeue != driverkit.MaxRecheck {
-				t.Fatalf("events %+v requeue %v", p.events, p.requeue)
+			if heldReason(p, v.addr) != "True/"+ReasonAttached || notServedEvents(t, p) != 0 || p.requeue != driverkit.MaxRecheck {
+				t.Fatalf("Held %s events %+v requeue %v", heldReason(p, v.addr), p.events, p.requeue)
 			}
 		}},
-		{"unserved for less than NotServedAfter: MetalLB's backlog, no write", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"unserved for less than NotServedAfter: MetalLB's backlog, no write", view(attached(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, after
-			v.unservedSince = v.now.Add(-time.Minute)
-		}), func(t *testing.T, p addressPlan) {
-			if p.unserved != nil || notServedEvents(p) != 0 {
+		}, mem(after-30*time.Second)), func(t *testing.T, v addressView, p addressPlan) {
+			if p.unserved != nil || notServedEvents(t, p) != 0 || heldReason(p, v.addr) != "True/"+ReasonAttached {
 				t.Fatalf("%+v", p)
 			}
-			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAttached {
-				t.Fatalf("Held %+v", c)
-			}
-			if p.requeue != driverkit.MaxRecheck {
-				t.Fatalf("requeue %v, want a minute (due in two)", p.requeue)
+			if p.requeue != 30*time.Second {
+				t.Fatalf("requeue %v, want when it is due", p.requeue)
 			}
 		}},
-		{"unserved for NotServedAfter: Held=False NotServed and a Warning on the Service", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"unserved for NotServedAfter: Held=False NotServed and one Warning on the Service", view(attached(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, after
-			v.unservedSince = v.now.Add(-after)
-		}), func(t *testing.T, p addressPlan) {
-			c := cond(p, ipamv1.ConditionHeld)
-			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNotServed {
-				t.Fatalf("Held %+v", c)
-			}
-			if notServedEvents(p) != 1 {
-				t.Fatalf("events %+v", p.events)
+		}, mem(after)), func(t *testing.T, v addressView, p addressPlan) {
+			if heldReason(p, v.addr) != "False/"+ReasonNotServed || notServedEvents(t, p) != 1 {
+				t.Fatalf("Held %s events %+v", heldReason(p, v.addr), p.events)
 			}
 			if p.requeue <= 0 || p.requeue > time.Minute {
 				t.Fatalf("requeue %v: a scheduled re-check while it lasts", p.requeue)
@@ -84,75 +98,77 @@ func TestPlanNotServed(t *testing.T) {
 				t.Fatalf("writes to MetalLB's objects: %+v", p)
 			}
 		}},
-		{"the message stays the same from pass to pass (one status write)", view(saidBefore(), func(v *addressView) {
+		{"said, still unserved: no write, nothing said again", view(said(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, after
-			v.unservedSince = v.now.Add(-2 * after)
-		}), func(t *testing.T, p addressPlan) {
-			again := planAddress(view(saidBefore(), func(v *addressView) {
-				v.attached, v.notServedAfter = waiting, after
-				v.unservedSince = v.now.Add(-2 * after)
-				v.now = v.now.Add(time.Minute)
-			}))
-			if a, b := cond(p, ipamv1.ConditionHeld), cond(again, ipamv1.ConditionHeld); a == nil || b == nil || a.Message != b.Message {
-				t.Fatalf("%+v then %+v", a, b)
+		}, mem(2*after)), func(t *testing.T, v addressView, p addressPlan) {
+			if p.status != nil || notServedEvents(t, p) != 0 {
+				t.Fatalf("status %+v events %+v", p.status, p.events)
 			}
 		}},
-		{"served again: Held Attached, memory and say-once memory forgotten", view(saidBefore(), func(v *addressView) {
-			v.attached, v.notServedAfter = served, after
-			v.unservedSince = v.now.Add(-2 * after)
-		}), func(t *testing.T, p addressPlan) {
-			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonAttached {
-				t.Fatalf("Held %+v", c)
+		{"said before the driver restarted (no memory): still NotServed at once, nothing said again, the wait remembered", view(said(), func(v *addressView) {
+			v.attached, v.notServedAfter = waiting, after
+		}), func(t *testing.T, v addressView, p addressPlan) {
+			if p.status != nil || notServedEvents(t, p) != 0 {
+				t.Fatalf("status %+v events %+v", p.status, p.events)
 			}
-			if p.unserved == nil || !p.unserved.IsZero() {
-				t.Fatalf("memory %v, want forgotten", p.unserved)
-			}
-			if len(p.unsay) != 1 || p.unsay[0].obj.GetName() != "web" || p.unsay[0].topic != notServedTopic(testAddress(ip)) {
-				t.Fatalf("unsay %+v", p.unsay)
+			if p.unserved == nil || !p.unserved.since.Equal(saidAt.Add(-after)) || p.unserved.uid != "web-uid" {
+				t.Fatalf("memory %+v, want from the condition's transition", p.unserved)
 			}
 		}},
-		{"served, nothing remembered: nothing to forget", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"served again: Held Attached, the memory forgotten (a recurrence is said again)", view(said(), func(v *addressView) {
 			v.attached, v.notServedAfter = served, after
-		}), func(t *testing.T, p addressPlan) {
-			if p.unserved != nil || len(p.unsay) != 0 || notServedEvents(p) != 0 {
+		}, mem(2*after)), func(t *testing.T, v addressView, p addressPlan) {
+			if heldReason(p, v.addr) != "True/"+ReasonAttached {
+				t.Fatalf("Held %s", heldReason(p, v.addr))
+			}
+			if p.unserved == nil || *p.unserved != (unservedWait{}) {
+				t.Fatalf("memory %+v, want forgotten", p.unserved)
+			}
+		}},
+		{"served, nothing remembered: nothing to forget", view(attached(), func(v *addressView) {
+			v.attached, v.notServedAfter = served, after
+		}), func(t *testing.T, v addressView, p addressPlan) {
+			if p.unserved != nil || notServedEvents(t, p) != 0 {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"Lost: MetalLB cannot serve it, Lost says so, not NotServed", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"re-linked: a wait remembered for another Service does not count for this one", view(attached(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, after
-			v.unservedSince = v.now.Add(-2 * after)
+			v.unserved = unservedWait{since: v.now.Add(-time.Hour), uid: "old-uid"}
+		}), func(t *testing.T, v addressView, p addressPlan) {
+			if notServedEvents(t, p) != 0 || heldReason(p, v.addr) != "True/"+ReasonAttached {
+				t.Fatalf("reported at once: %+v", p)
+			}
+			if p.unserved == nil || *p.unserved != (unservedWait{since: v.now, uid: "web-uid"}) {
+				t.Fatalf("memory %+v, want counted from now for web-uid", p.unserved)
+			}
+		}},
+		{"Lost: MetalLB cannot serve it, Lost says so, not NotServed", view(attached(), func(v *addressView) {
+			v.attached, v.notServedAfter = waiting, after
 			v.pool = nil
-		}), func(t *testing.T, p addressPlan) {
-			if notServedEvents(p) != 0 {
+		}, mem(2*after)), func(t *testing.T, v addressView, p addressPlan) {
+			if notServedEvents(t, p) != 0 {
 				t.Fatalf("events %+v", p.events)
 			}
-			if p.unserved == nil || !p.unserved.IsZero() {
-				t.Fatalf("memory %v, want forgotten", p.unserved)
+			if p.unserved == nil || *p.unserved != (unservedWait{}) {
+				t.Fatalf("memory %+v, want forgotten", p.unserved)
 			}
 		}},
-		{"detached: the memory goes", view(testAddress(ip, Finalizer), func(v *addressView) {
-			v.notServedAfter = after
-			v.unservedSince = v.now.Add(-time.Minute)
-			v.holds = nil
-		}), func(t *testing.T, p addressPlan) {
-			if p.unserved == nil || !p.unserved.IsZero() {
-				t.Fatalf("memory %v, want forgotten", p.unserved)
+		{"detached: the memory goes", view(testAddress(ip, Finalizer), mem(time.Minute)), func(t *testing.T, v addressView, p addressPlan) {
+			if p.unserved == nil || *p.unserved != (unservedWait{}) {
+				t.Fatalf("memory %+v, want forgotten", p.unserved)
 			}
 		}},
-		{"reporting off (negative NotServedAfter): remembered, never said", view(testAddress(ip, Finalizer), func(v *addressView) {
+		{"reporting off (negative NotServedAfter): never said", view(attached(), func(v *addressView) {
 			v.attached, v.notServedAfter = waiting, -1
-			v.unservedSince = v.now.Add(-time.Hour)
-		}), func(t *testing.T, p addressPlan) {
-			if notServedEvents(p) != 0 {
-				t.Fatalf("events %+v", p.events)
-			}
-			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAttached {
-				t.Fatalf("Held %+v", c)
+		}, mem(time.Hour)), func(t *testing.T, v addressView, p addressPlan) {
+			if notServedEvents(t, p) != 0 || heldReason(p, v.addr) != "True/"+ReasonAttached {
+				t.Fatalf("%+v", p)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.check(t, planAddress(tc.v))
+			tc.check(t, tc.v, planAddress(tc.v))
 		})
 	}
 }

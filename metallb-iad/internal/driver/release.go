@@ -23,9 +23,8 @@ type staleMemory struct {
 	// the address's IP, or as its hold for an attach, by address (the last few): the names
 	// MetalLB may keep the IP under besides the usual ones.
 	deleted map[string][]string
-	// unserved is since when an address's attached Service has waited unserved
-	// (plan_notserved.go).
-	unserved map[string]time.Time
+	// unserved is an address's attached Service's wait unserved (plan_notserved.go).
+	unserved map[string]unservedWait
 }
 
 // maxDeletedNames bounds the names remembered per address (keys are addresses' names, one per
@@ -33,7 +32,7 @@ type staleMemory struct {
 const maxDeletedNames = 4
 
 func newStaleMemory() *staleMemory {
-	return &staleMemory{m: map[string]staleWait{}, deleted: map[string][]string{}, unserved: map[string]time.Time{}}
+	return &staleMemory{m: map[string]staleWait{}, deleted: map[string][]string{}, unserved: map[string]unservedWait{}}
 }
 
 func (s *staleMemory) get(address string) (staleWait, []string) {
@@ -72,23 +71,22 @@ func (s *staleMemory) forget(address string) {
 	delete(s.unserved, address)
 }
 
-// unservedSince is since when address's attached Service has waited unserved (zero: not
-// remembered).
-func (s *staleMemory) unservedSince(address string) time.Time {
+// unservedOf is the memory of address's attached Service's wait unserved (zero: none).
+func (s *staleMemory) unservedOf(address string) unservedWait {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.unserved[address]
 }
 
-// setUnserved remembers since (a zero since forgets).
-func (s *staleMemory) setUnserved(address string, since time.Time) {
+// setUnserved remembers w (a zero w forgets).
+func (s *staleMemory) setUnserved(address string, w unservedWait) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if since.IsZero() {
+	if w.since.IsZero() {
 		delete(s.unserved, address)
 		return
 	}
-	s.unserved[address] = since
+	s.unserved[address] = w
 }
 
 // staleSnapshot completes an address view with what it knows of MetalLB's kept allocations:
