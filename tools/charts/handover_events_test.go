@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,27 +46,8 @@ func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
 	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, values); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	coreEvent := func(evNS, reason, msg string) error {
-		n++
-		_, err := cp.Client.CoreV1().Events(evNS).Create(ctx, &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
-			InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
-			Reason:         reason, Type: corev1.EventTypeWarning, Message: msg, Source: corev1.EventSource{Component: "metallb-controller"},
-			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-		}, metav1.CreateOptions{})
-		return err
-	}
-	newEvent := func(evNS, reason, note string) error {
-		n++
-		_, err := cp.Client.EventsV1().Events(evNS).Create(ctx, &eventsv1.Event{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
-			Regarding:  corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
-			Reason:     reason, Type: corev1.EventTypeWarning, Note: note, Action: "Allocate",
-			ReportingController: "metallb-controller", ReportingInstance: "metallb-controller-0", EventTime: metav1.NowMicro(),
-		}, metav1.CreateOptions{})
-		return err
-	}
+	w := &metallbEvents{ctx: ctx, client: cp.Client}
+	coreEvent, newEvent := w.core, w.events
 	refused := func(err error) bool { return apierrors.IsForbidden(err) }
 	eventually(t, 30*time.Second, "the hand-over-events policy to take effect", func() (bool, error) {
 		err := coreEvent("tenant-events", "AllocationFailed", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10"))

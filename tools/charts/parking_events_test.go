@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -42,40 +41,21 @@ func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
 	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace}); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	coreEvent := func(evNS, reason, typ, msg string) error {
-		n++
-		_, err := cp.Client.CoreV1().Events(evNS).Create(ctx, &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
-			InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
-			Reason:         reason, Type: typ, Message: msg, Source: corev1.EventSource{Component: "metallb-controller"},
-			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-		}, metav1.CreateOptions{})
-		return err
-	}
-	newEvent := func(evNS, reason, typ, note string) error {
-		n++
-		_, err := cp.Client.EventsV1().Events(evNS).Create(ctx, &eventsv1.Event{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web.%d", n)},
-			Regarding:  corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: evNS, Name: "web"},
-			Reason:     reason, Type: typ, Note: note, Action: "Allocate",
-			ReportingController: "metallb-controller", ReportingInstance: "metallb-controller-0", EventTime: metav1.NowMicro(),
-		}, metav1.CreateOptions{})
-		return err
-	}
+	w := &metallbEvents{ctx: ctx, client: cp.Client}
+	coreEvent, newEvent := w.core, w.events
 	refused := func(err error) bool { return apierrors.IsForbidden(err) }
 	// The policy reaches the apiserver's admission through its informers.
 	eventually(t, 30*time.Second, "the parking-events policy to take effect", func() (bool, error) {
-		err := coreEvent("tenant-events", "AllocationFailed", corev1.EventTypeWarning, parkedRefusal("tenant-events", "web"))
+		err := coreEvent("tenant-events", "AllocationFailed", parkedRefusal("tenant-events", "web"))
 		return refused(err), err
 	})
 	for _, evNS := range []string{"tenant-events", "plain-events"} {
-		if err := coreEvent(evNS, "AllocationFailed", corev1.EventTypeWarning, parkedRefusal(evNS, "web")); !refused(err) {
+		if err := coreEvent(evNS, "AllocationFailed", parkedRefusal(evNS, "web")); !refused(err) {
 			t.Errorf("core/v1: MetalLB's refusal of the parking pool in %s was recorded (err %v)", evNS, err)
 		} else if !strings.Contains(err.Error(), "parked") {
 			t.Errorf("core/v1: the denial does not say why: %v", err)
 		}
-		if err := newEvent(evNS, "AllocationFailed", corev1.EventTypeWarning, parkedRefusal(evNS, "web")); !refused(err) {
+		if err := newEvent(evNS, "AllocationFailed", parkedRefusal(evNS, "web")); !refused(err) {
 			t.Errorf("events.k8s.io/v1: MetalLB's refusal of the parking pool in %s was recorded (err %v)", evNS, err)
 		}
 	}
@@ -100,10 +80,10 @@ func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
 		{"AllocationFailed for a pool that does not exist", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": unknown pool "gold"`},
 		{"another reason quoting the parking pool", "ClearAssignment", `current IP not allowed by config: unknown pool "` + parkingPool + `"`},
 	} {
-		if err := coreEvent("tenant-events", tt.reason, corev1.EventTypeWarning, tt.msg); err != nil {
+		if err := coreEvent("tenant-events", tt.reason, tt.msg); err != nil {
 			t.Errorf("core/v1: %s was not recorded: %v", tt.what, err)
 		}
-		if err := newEvent("tenant-events", tt.reason, corev1.EventTypeWarning, tt.msg); err != nil {
+		if err := newEvent("tenant-events", tt.reason, tt.msg); err != nil {
 			t.Errorf("events.k8s.io/v1: %s was not recorded: %v", tt.what, err)
 		}
 	}

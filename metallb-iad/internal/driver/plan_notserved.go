@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -43,7 +44,7 @@ type unservedWait struct {
 // that memory.
 func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	held := findCondition(v.addr, ipamv1.ConditionHeld)
-	said := held != nil && held.Status == "False" && held.Reason == ReasonNotServed
+	said := held != nil && held.Status == metav1.ConditionFalse && held.Reason == ReasonNotServed
 	var since time.Time
 	if v.attached != nil && v.unserved.uid == v.attached.UID {
 		since = v.unserved.since
