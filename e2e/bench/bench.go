@@ -821,12 +821,7 @@ func (r *runner) account(step *Step, before, after snapshot) error {
 		}
 		d := Delta(b, a)
 		step.Controllers[name] = ControllerStatsFrom(d, a, step.N)
-		rs := RESTStats{ByMethod: d.By("rest_client_requests_total", "method")}
-		for _, v := range rs.ByMethod {
-			rs.Total += v
-		}
-		rs.PerSecond = rs.Total / window.Seconds()
-		step.RESTRequests[name] = rs
+		step.RESTRequests[name] = RESTStatsFrom(d, window)
 		for _, c := range step.Controllers[name] {
 			step.ProjectReconciles += c.Total
 		}

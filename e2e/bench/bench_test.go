@@ -143,6 +143,11 @@ workqueue_work_duration_seconds_sum{controller="ipaddressclaim",name="ipaddressc
 workqueue_work_duration_seconds_count{controller="ipaddressclaim",name="ipaddressclaim"} 130
 rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PATCH"} 90
 rest_client_requests_total{code="409",host="127.0.0.1:6443",method="PATCH"} 5
+rest_client_requests_total{code="200",host="127.0.0.1:6443",method="GET"} 105
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="GET"} 4
+rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:6443",verb="GET"} 105
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="PATCH"} 1
+rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:6443",verb="PATCH"} 95
 weird{a="x\"y,z}",b="2"} 7 1700000000
 go_goroutines 55
 broken{a="x" 1
@@ -158,6 +163,10 @@ func TestParseMetrics(t *testing.T) {
 	}
 	if got := m.By("rest_client_requests_total", "method"); got["PATCH"] != 95 {
 		t.Errorf("PATCH requests %v, want 95", got)
+	}
+	rs := RESTStatsFrom(m, 10*time.Second)
+	if rs.Total != 200 || rs.PerSecond != 20 || rs.ThrottledSeconds != 5 || rs.MeanThrottle != 0.025 {
+		t.Errorf("REST stats %+v, want 200 requests, 20/s, 5 s throttled, 25 ms each", rs)
 	}
 	if got := m.Sum("weird", map[string]string{"a": `x"y,z}`, "b": "2"}); got != 7 {
 		t.Errorf("escaped label value: %v, want 7", got)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Sample is one series of a Prometheus text exposition.
@@ -189,7 +190,7 @@ func Delta(before, after Metrics) Metrics {
 }
 
 // metricPrefixes are the families scraped from the project's controllers.
-var metricPrefixes = []string{"controller_runtime_", "workqueue_", "rest_client_requests_total"}
+var metricPrefixes = []string{"controller_runtime_", "workqueue_", "rest_client_requests_total", "rest_client_rate_limiter_duration_seconds"}
 
 // Scrape fetches and parses a metrics endpoint.
 func Scrape(ctx context.Context, url string) (Metrics, error) {
@@ -277,3 +278,20 @@ func queueDepth(m Metrics) float64 { return m.Sum("workqueue_depth", nil) }
 
 // reconcileCount is the number of reconciles a scrape has seen.
 func reconcileCount(m Metrics) float64 { return m.Sum("controller_runtime_reconcile_total", nil) }
+
+// RESTStatsFrom reads a process's requests to the apiserver and its client-side throttling out
+// of a scrape delta taken over window.
+func RESTStatsFrom(delta Metrics, window time.Duration) RESTStats {
+	rs := RESTStats{ByMethod: delta.By("rest_client_requests_total", "method")}
+	for _, v := range rs.ByMethod {
+		rs.Total += v
+	}
+	if window > 0 {
+		rs.PerSecond = rs.Total / window.Seconds()
+	}
+	rs.ThrottledSeconds = delta.Sum("rest_client_rate_limiter_duration_seconds_sum", nil)
+	if n := delta.Sum("rest_client_rate_limiter_duration_seconds_count", nil); n > 0 {
+		rs.MeanThrottle = rs.ThrottledSeconds / n
+	}
+	return rs
+}

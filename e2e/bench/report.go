@@ -107,6 +107,11 @@ type RESTStats struct {
 	Total     float64            `json:"total"`
 	PerSecond float64            `json:"perSecond"`
 	ByMethod  map[string]float64 `json:"byMethod"`
+	// ThrottledSeconds is the time the process's requests spent waiting on its own client-side
+	// rate limiter (QPS and burst), summed over requests; MeanThrottle is that per request. A
+	// mean near the request interval the QPS allows means the limiter set the pace.
+	ThrottledSeconds float64 `json:"throttledSeconds"`
+	MeanThrottle     float64 `json:"meanThrottleSeconds"`
 }
 
 // ProcStep is a process's CPU and memory during a step.
@@ -320,8 +325,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 	}
 	p("")
-	p("| step | process | requests to the apiserver | /s | by method |")
-	p("|---|---|---|---|---|")
+	p("| step | process | requests to the apiserver | /s | throttled (sum, mean) | by method |")
+	p("|---|---|---|---|---|---|")
 	for _, s := range rep.Steps {
 		for _, proc := range controllers {
 			rs, ok := s.RESTRequests[proc]
@@ -334,7 +339,7 @@ func (rep *Report) WriteText(w io.Writer) {
 					parts = append(parts, fmt.Sprintf("%s %.0f", m, rs.ByMethod[m]))
 				}
 			}
-			p("| %s | %s | %.0f | %.1f | %s |", s.Name, proc, rs.Total, rs.PerSecond, strings.Join(parts, ", "))
+			p("| %s | %s | %.0f | %.1f | %.1f s, %s | %s |", s.Name, proc, rs.Total, rs.PerSecond, rs.ThrottledSeconds, dur(rs.MeanThrottle), strings.Join(parts, ", "))
 		}
 	}
 	p("")

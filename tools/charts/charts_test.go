@@ -100,6 +100,9 @@ func TestAddressControllerChartRendering(t *testing.T) {
 	if !strings.Contains(strings.Join(toStrings(c["args"]), " "), "--leader-elect=true") {
 		t.Errorf("args %v lack leader election", c["args"])
 	}
+	if got := containerEnv(c, "GOMEMLIMIT"); got != "128MiB" {
+		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 128MiB", got)
+	}
 	for _, k := range []string{"CustomResourceDefinition/ipaddresses.local.sdn.cozystack.io", "ClusterRole/address-controller",
 		"ClusterRoleBinding/address-controller", "Role/address-controller-leader-election", "Service/address-controller-metrics",
 		"ServiceAccount/address-controller", "ClusterRole/address-controller-tenant-view", "ClusterRole/address-controller-tenant-admin"} {
@@ -135,6 +138,13 @@ func TestAddressControllerChartRendering(t *testing.T) {
 	if objs["ClusterRole/address-controller-tenant-view"] != nil {
 		t.Error("tenantRoles.enabled=false still renders tenant roles")
 	}
+	for target, want := range map[string]string{"": "", "256MiB": "256MiB"} {
+		objs := render(t, "address-controller", map[string]any{"memoryTarget": target})
+		c := dig(objs["Deployment/address-controller"], "spec", "template", "spec", "containers", 0).(map[string]any)
+		if got := containerEnv(c, "GOMEMLIMIT"); got != want {
+			t.Errorf("memoryTarget %q: GOMEMLIMIT %q, want %q", target, got, want)
+		}
+	}
 	if img := dig(objs["Deployment/address-controller"], "spec", "template", "spec", "containers", 0, "image"); !strings.HasPrefix(img.(string), "registry.example.org/mirror/") {
 		t.Errorf("image value not used: %v", img)
 	}
@@ -145,6 +155,9 @@ func TestMetalLBIADChartRendering(t *testing.T) {
 	args := strings.Join(toStrings(dig(objs["Deployment/metallb-iad"], "spec", "template", "spec", "containers", 0, "args")), " ")
 	if !strings.Contains(args, "--metallb-namespace=cozy-metallb") || !strings.Contains(args, "--namespace=cozy-metallb-iad") {
 		t.Errorf("args %s", args)
+	}
+	if got := containerEnv(dig(objs["Deployment/metallb-iad"], "spec", "template", "spec", "containers", 0).(map[string]any), "GOMEMLIMIT"); got != "128MiB" {
+		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 128MiB", got)
 	}
 	policy := objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"]
 	binding := objs["ValidatingAdmissionPolicyBinding/metallb-iad-service-pins"]
@@ -204,6 +217,8 @@ func TestSchemasRejectBadValues(t *testing.T) {
 		{"metallb-iad", map[string]any{"admissionPolicy": map[string]any{"validationActions": []any{"Block"}}}, "validationActions"},
 		{"metallb-iad", map[string]any{"admissionPolicy": map[string]any{"allowedGroups": []any{"it's"}}}, "allowedGroups"},
 		{"metallb-iad", map[string]any{"metallbNamespace": "Cozy_MetalLB"}, "metallbNamespace"},
+		{"metallb-iad", map[string]any{"memoryTarget": "128M"}, "memoryTarget"},
+		{"address-controller", map[string]any{"memoryTarget": "lots"}, "memoryTarget"},
 	} {
 		c, err := Load(Dir(root, tc.chart))
 		if err != nil {
@@ -245,6 +260,18 @@ func fmtAny(v any) string {
 		b.WriteString(x)
 	}
 	return b.String()
+}
+
+// containerEnv is the value of a container's environment variable ("" when unset).
+func containerEnv(c map[string]any, name string) string {
+	env, _ := c["env"].([]any)
+	for _, e := range env {
+		if m, _ := e.(map[string]any); m["name"] == name {
+			v, _ := m["value"].(string)
+			return v
+		}
+	}
+	return ""
 }
 
 func keys(m map[string]map[string]any) []string {

@@ -92,6 +92,23 @@ func installChart(ctx context.Context, s *Sandbox, c Controller) error {
 	return err
 }
 
+// chartEnv is the environment the chart's Deployment gives the controller by default (its
+// memoryTarget as GOMEMLIMIT), so that the sandbox, the e2e suite and the benchmark run the
+// shipped settings. An explicit GOMEMLIMIT in the sandbox's own environment wins.
+func chartEnv(root string, c Controller) ([]string, error) {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		return nil, nil
+	}
+	ch, err := charts.Load(charts.Dir(root, c.Name))
+	if err != nil {
+		return nil, err
+	}
+	if target, _ := ch.Values["memoryTarget"].(string); target != "" {
+		return []string{"GOMEMLIMIT=" + target}, nil
+	}
+	return nil, nil
+}
+
 // runController builds the controller and runs it as the ServiceAccount its chart created (so
 // the chart's RBAC is what it gets), with metrics and probes on free loopback ports.
 func runController(ctx context.Context, s *Sandbox, c Controller) error {
@@ -126,10 +143,15 @@ func runController(ctx context.Context, s *Sandbox, c Controller) error {
 	if c.Name == MetalLBIAD.Name {
 		args = append(args, s.driverArgs...)
 	}
+	env, err := chartEnv(root, c)
+	if err != nil {
+		return err
+	}
 	_, err = s.StartProcess(ctx, controlplane.ProcessSpec{
 		Name:  c.Name,
 		Path:  bin,
 		Args:  args,
+		Env:   env,
 		Ready: controlplane.HTTPCheck(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort), nil),
 	})
 	if err != nil {

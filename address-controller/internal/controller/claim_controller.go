@@ -51,6 +51,8 @@ type ClaimReconciler struct {
 	// binds are the addresses this controller bound that the cache does not show yet (refresh).
 	binds     *bindMemory
 	bindsOnce sync.Once
+	// writes are this controller's writes the cache may not show yet (own_writes.go).
+	writes ownWrites
 }
 
 // bindMemory remembers, per claim, the addresses this controller bound to it until the cache
@@ -198,6 +200,7 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		if apierrors.IsNotFound(err) {
 			r.announcer().Forget(req.NamespacedName)
 			r.bindMemory().forget(req.NamespacedName)
+			r.writes.forget(claimWriteKey(req.Namespace, req.Name))
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -214,12 +217,14 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if pass.writes() {
-		// A write is due: decide again on the apiserver's view of the claim and of its
-		// addresses. The cache may not show yet what an earlier pass (or a driver) wrote, and a
-		// decision from it could bind a second address, or turn a Bound claim Lost or change
-		// its addresses (DESIGN §5a: no decision rests on our own unseen writes).
-		all := pass.binds()
+	if all := pass.binds(); all || (pass.writes() && !r.cacheShowsOwnWrites(&claim, refs.Items, r.bindMemory().of(req.NamespacedName))) {
+		// A bind is due, or a write while the cache does not show an earlier write of this
+		// controller: decide again on the apiserver's view of the claim and of its addresses. A
+		// decision from such a cache could bind a second address, or turn a Bound claim Lost
+		// or change its addresses (DESIGN §5a: no decision rests on our own unseen writes); a
+		// bind also rests on every address that names the claim, one a driver or an admin made
+		// a moment ago included. A write on a cache that shows ours decides from the cache: every
+		// write is guarded by the resourceVersion it was decided on.
 		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items, all)
 		if err != nil || !ok {
 			return reconcile.Result{}, err
@@ -350,6 +355,7 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
 		}
+		r.writes.wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
 	}
 	kept := p.sorted.kept
 	for _, plan := range p.plans {
@@ -666,13 +672,18 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *ipamv1.IPAddressClaim
 		return nil, err
 	}
 	r.bindMemory().bound(client.ObjectKeyFromObject(claim), a.Name)
+	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
 	return a, nil
 }
 
 func (r *ClaimReconciler) completeUID(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	a.Spec.ClaimRef.UID = claim.UID
-	return client.IgnoreNotFound(r.Client.Patch(ctx, a, patch))
+	if err := r.Client.Patch(ctx, a, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
+	return nil
 }
 
 func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) error {
@@ -684,6 +695,7 @@ func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAdd
 		}
 		return err
 	}
+	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
 	r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "SurplusAddressReleased", "Unbind",
 		"IPAddress %s (%s) was a second address for one family; made it Available again", a.Name, a.Spec.Address)
 	return nil
@@ -737,6 +749,7 @@ func (r *ClaimReconciler) writeStatus(ctx context.Context, claim *ipamv1.IPAddre
 	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
+	r.writes.wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
 	r.claimTransition(orig, claim)
 	return nil
 }

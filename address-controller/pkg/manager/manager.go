@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -160,9 +161,18 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 	}
 }
 
+// registerClientMetrics adds, to the client metrics controller-runtime exports, how long requests
+// waited on the client's own rate limiter (--kube-api-qps and --kube-api-burst):
+// rest_client_rate_limiter_duration_seconds tells an operator, and the benchmark, whether a slow
+// controller is held back by its own limits rather than by the apiserver.
+func registerClientMetrics() {
+	crmetrics.RegisterRESTClientMetrics(crmetrics.MetricRateLimiterLatency)
+}
+
 // New creates the manager with its health probes: /healthz answers while the process runs,
 // /readyz once the caches are synced.
 func (o *Options) New(s Spec) (ctrl.Manager, error) {
+	registerClientMetrics()
 	cfg, err := o.RESTConfig(s)
 	if err != nil {
 		return nil, err

@@ -1,9 +1,14 @@
 package manager
 
 import (
+	"context"
 	"flag"
+	"net/url"
 	"testing"
 	"time"
+
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 func parse(t *testing.T, args ...string) *Options {
@@ -71,4 +76,22 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
+}
+
+func TestClientThrottlingIsExported(t *testing.T) {
+	registerClientMetrics()
+	clientmetrics.RateLimiterLatency.Observe(context.Background(), "GET", url.URL{Host: "127.0.0.1:6443"}, 250*time.Millisecond)
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "rest_client_rate_limiter_duration_seconds" {
+			if h := f.GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 0.25 {
+				t.Errorf("throttling histogram %v, want one wait of 0.25 s", h)
+			}
+			return
+		}
+	}
+	t.Error("rest_client_rate_limiter_duration_seconds is not exported")
 }

@@ -555,9 +555,6 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
 		return err
 	}
-	if p.unserved != nil {
-		d.stale.setUnserved(a.Name, *p.unserved)
-	}
 	for _, c := range p.clearIngress {
 		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).
 		// A conflict or a Service gone means a newer view decides (the Service's event brings
@@ -619,6 +616,10 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 			return client.IgnoreNotFound(err) // a conflict is retried with backoff, on a fresh read
 		}
 		d.wroteAddress(a)
+	}
+	if p.unserved != nil {
+		// After the status write: a report the write failed to record is planned again.
+		d.stale.setUnserved(a.Name, *p.unserved)
 	}
 	d.unsay(p.unsay)
 	d.emit(p.events)

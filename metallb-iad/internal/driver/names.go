@@ -208,6 +208,18 @@ func parseIPList(s string) []netip.Addr {
 	return out
 }
 
+// RequestedIPs are the IPs a Service requests from MetalLB other than through this driver's pin:
+// a loadBalancerIPs pin the driver did not write, and spec.loadBalancerIP.
+func RequestedIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	if svc.Annotations[AnnotationPinned] != "true" {
+		out = PinIPs(svc)
+	}
+	out = append(out, parseIPList(svc.Spec.LoadBalancerIP)...)
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(out)
+}
+
 // PinIPs are the IPs a Service's metallb.io/loadBalancerIPs pin requests.
 func PinIPs(svc *corev1.Service) []netip.Addr {
 	return parseIPList(svc.Annotations[metallb.AnnotationLoadBalancerIPs])

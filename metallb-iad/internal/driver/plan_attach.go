@@ -21,10 +21,16 @@ const (
 	ReasonForeignPin         = "ForeignPin"
 	ReasonClaimInUse         = "ClaimInUse"
 	ReasonAddressNotServable = "AddressNotServable"
+	// ReasonReservedAddressRequested: a Service that names no claim requests (an admin's pin,
+	// spec.loadBalancerIP) an IP reserved as an IPAddress of this driver. MetalLB refuses it
+	// while the reservation holds the IP; in a tenant namespace the chart's hand-over-events
+	// policy keeps MetalLB's own report of that off the Service, so the driver says it.
+	ReasonReservedAddressRequested = "ReservedAddressRequested"
 )
 
 // serviceReasons are the lasting conditions said about a Service; an attach clears them all.
-var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable}
+var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable,
+	ReasonReservedAddressRequested}
 
 // attachView is what the Service reconciler reads about one Service.
 type attachView struct {
@@ -52,7 +58,10 @@ type attachView struct {
 	attached map[string]bool
 	// park: the Service should be parked while it has no pin of this driver (parkingWanted).
 	park bool
-	now  time.Time
+	// reserved are the addresses of this driver whose IP the Service requests by other means
+	// than a claim (RequestedIPs) and is not attached to.
+	reserved []*ipamv1.IPAddress
+	now      time.Time
 }
 
 // attachPlan is what the Service reconciler writes, in this crash-safe order: record attachedTo
@@ -116,10 +125,13 @@ func planAttachment(v attachView) attachPlan {
 	claim := v.claim
 	switch {
 	case !lb || claim == nil:
-		if lb && v.why != "" {
+		switch {
+		case lb && v.why != "":
 			say(ReasonClaimNotReady, v.why+"; the Service gets its address once the claim is Bound")
 			wait()
-		} else {
+		case lb && len(v.reserved) > 0:
+			say(ReasonReservedAddressRequested, reservedRequestedMessage(v.reserved))
+		default:
 			p.clear = serviceReasons
 		}
 		p.detach = true
@@ -243,4 +255,19 @@ func orPending(p ipamv1.ClaimPhase) string {
 		return string(ipamv1.ClaimPending)
 	}
 	return string(p)
+}
+
+// reservedRequestedMessage says which reserved IPs a Service requests, and what to do instead.
+func reservedRequestedMessage(reserved []*ipamv1.IPAddress) string {
+	var parts []string
+	for _, a := range reserved {
+		who := "no claim"
+		if ref := a.Spec.ClaimRef; ref != nil {
+			who = "IPAddressClaim " + ref.Namespace + "/" + ref.Name
+		}
+		parts = append(parts, fmt.Sprintf("%s (IPAddress %s, reserved for %s)", a.Spec.Address, a.Name, who))
+	}
+	return fmt.Sprintf("the Service requests %s; MetalLB does not assign a reserved address to a Service that does not name its claim. "+
+		"Name the claim with annotation %s (in the claim's namespace) or request another address",
+		strings.Join(parts, ", "), ipamv1.AnnotationServiceClaim)
 }

@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +110,33 @@ func TestPlanAttach(t *testing.T) {
 			return v
 		}(), func(t *testing.T, p attachPlan) {
 			if len(p.attach) != 0 || p.pin != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"no claim, requests a reserved IP (an admin's pin): said once, nothing written", func() attachView {
+			s := tenantSvc()
+			delete(s.Annotations, ipamv1.AnnotationServiceClaim)
+			s.Annotations[metallb.AnnotationLoadBalancerIPs] = ip
+			a := testAddress(ip, Finalizer)
+			a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: "t", Name: "c"}
+			return attachView{svc: s, reserved: []*ipamv1.IPAddress{a}, now: t0}
+		}(), func(t *testing.T, p attachPlan) {
+			if !hasEvent(p, ReasonReservedAddressRequested) || len(p.events) != 1 || !p.events[0].once || p.pin != "" || len(p.attach) != 0 {
+				t.Fatalf("%+v", p)
+			}
+			if m := p.events[0].message; !strings.Contains(m, ip) || !strings.Contains(m, "t/c") || !strings.Contains(m, ipamv1.AnnotationServiceClaim) {
+				t.Fatalf("message %q: want the IP, the claim and how to name it", m)
+			}
+			if slices.Contains(p.clear, ReasonReservedAddressRequested) {
+				t.Fatalf("clears what it says: %v", p.clear)
+			}
+		}},
+		{"no claim, no reserved IP requested: whatever was said is cleared", attachView{svc: func() *corev1.Service {
+			s := tenantSvc()
+			delete(s.Annotations, ipamv1.AnnotationServiceClaim)
+			return s
+		}(), now: t0}, func(t *testing.T, p attachPlan) {
+			if len(p.events) != 0 || !slices.Contains(p.clear, ReasonReservedAddressRequested) {
 				t.Fatalf("%+v", p)
 			}
 		}},

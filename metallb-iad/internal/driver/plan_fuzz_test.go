@@ -589,9 +589,24 @@ func fuzzAddressView(data []byte) addressView {
 	// recent, or older than NotServedAfter.
 	v.notServedAfter = 10 * time.Minute
 	if c.yes(2) {
-		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(1200)) * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
+		// (In half-minute steps: one byte of choice reaches past NotServedAfter.)
+		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
+		v.unserved.said = c.yes(2)
 	}
 	refreshAddressView(&v, others)
+	// The guessed release for an attached Service (plan_release.go): off (the default) or on,
+	// its names free, waiting for some time.
+	if c.yes(2) {
+		v.releaseFor, v.releaseAfter = 10*time.Second, 30*time.Second
+		v.stale.names, v.stale.known = staleCandidates(&v, nil)
+		v.stale.free = map[string]bool{}
+		for _, n := range v.stale.names {
+			v.stale.free[n] = true
+		}
+		if len(v.stale.names) > 0 {
+			v.stale.since = fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second)
+		}
+	}
 	return v
 }
 
@@ -718,6 +733,12 @@ func applyAddressPlan(v addressView, p addressPlan, others []*corev1.Service) ad
 	if p.unserved != nil {
 		v.unserved = *p.unserved
 	}
+	if w := p.release.wait; w != nil {
+		v.stale.since, v.stale.last = w.since, w.last
+	}
+	if p.release.forget {
+		v.stale.since, v.stale.last = time.Time{}, time.Time{}
+	}
 	refreshAddressView(&v, others)
 	return v
 }
@@ -757,6 +778,12 @@ func FuzzPlanAddress(f *testing.F) {
 		if again.addFinalizer || again.removeFinalizer || len(again.deleteHolds) > 0 || again.createHold != nil ||
 			again.pinHold != nil || again.status != nil {
 			t.Fatalf("not idempotent: after the plan's writes, planning again writes more:\nfirst:  %s\nsecond: %s", describeAddress(p), describeAddress(again))
+		}
+		// Nor says anything again that is not deduplicated (a Warning sent on every pass).
+		for _, e := range again.events {
+			if !e.once {
+				t.Fatalf("says %s %q again on the next pass:\nfirst:  %s\nsecond: %s", e.reason, e.message, describeAddress(p), describeAddress(again))
+			}
 		}
 	})
 }

@@ -37,6 +37,10 @@ const DefaultNotServedAfter = 10 * time.Minute
 type unservedWait struct {
 	since time.Time
 	uid   types.UID
+	// said: the Warning was sent for this wait. Held can show another reason meanwhile (the
+	// driver releasing a stale allocation for the Service, plan_release.go), and the Warning
+	// is still said once.
+	said bool
 }
 
 // planNotServed reports an attached Service MetalLB has not served for v.notServedAfter (unserved
@@ -47,7 +51,7 @@ func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus,
 	said := held != nil && held.Status == metav1.ConditionFalse && held.Reason == ReasonNotServed
 	var since time.Time
 	if v.attached != nil && v.unserved.uid == v.attached.UID {
-		since = v.unserved.since
+		since, said = v.unserved.since, said || v.unserved.said
 	}
 	if !unserved {
 		if !v.unserved.since.IsZero() {
@@ -77,8 +81,11 @@ func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus,
 		fmt.Sprintf("attached to Service %s/%s, which MetalLB has not served %s for over %s: see the Service's events and MetalLB's controller log",
 			s.Namespace, s.Name, v.ip, v.notServedAfter))
 	if !said {
-		// Said when the condition turns, after its write (a failed write says it again on the
-		// next pass, not twice): a restart of the driver says nothing new.
+		// Said once per wait, when the condition turns, after its write (a failed write says it
+		// again on the next pass, not twice); the memory (kept after the write) remembers it
+		// while Held shows another reason, and a restart of the driver says nothing new while
+		// Held still shows NotServed.
+		p.unserved = &unservedWait{since: since, uid: s.UID, said: true}
 		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonNotServed,
 			message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service) for over %s; its controller log says why (after a restart MetalLB can keep an address for a Service that no longer exists: restarting its controller frees it)",
 				v.ip, v.addr.Name, v.notServedAfter)})

@@ -172,3 +172,48 @@ func TestPlanNotServed(t *testing.T) {
 		})
 	}
 }
+
+// TestNotServedIsSaidOnceWhileReleasing passes over an attached Service MetalLB never serves,
+// with the guessed release on (releaseAfter): Held shows StaleAllocation while the driver releases,
+// which used to hide that NotServed was said, so every pass after NotServedAfter said it again.
+func TestNotServedIsSaidOnceWhileReleasing(t *testing.T) {
+	const ip = "203.0.113.5"
+	a := testAddress(ip, Finalizer)
+	a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "web-uid"}
+	v := view(a, func(v *addressView) {
+		v.attached, v.notServedAfter = pinned(svc("t", "web", "web-uid"), ip), 10*time.Minute
+		v.releaseFor, v.releaseAfter = 10*time.Second, 30*time.Second
+	})
+	v.stale.names, v.stale.known = staleCandidates(&v, nil)
+	v.stale.free = map[string]bool{}
+	for _, n := range v.stale.names {
+		v.stale.free[n] = true
+	}
+	said, sawNotServed := 0, false
+	for range 120 { // 20 minutes, a pass every 10 s (the Service's and the re-checks' passes)
+		p := planAddress(v)
+		for _, e := range p.events {
+			if e.reason == ReasonNotServed {
+				said++
+			}
+		}
+		// What the driver applies: the status, its memories.
+		if p.status != nil {
+			v.addr = v.addr.DeepCopy()
+			v.addr.Status = *p.status
+			if c := findCondition(v.addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonNotServed {
+				sawNotServed = true
+			}
+		}
+		if p.unserved != nil {
+			v.unserved = *p.unserved
+		}
+		if w := p.release.wait; w != nil {
+			v.stale.since, v.stale.last = w.since, w.last
+		}
+		v.now = v.now.Add(10 * time.Second)
+	}
+	if said != 1 {
+		t.Fatalf("NotServed said %d times over 20 minutes unserved, want once (Held showed NotServed: %v)", said, sawNotServed)
+	}
+}

@@ -189,7 +189,10 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 	}
 	if claim == nil {
 		v.why = why
-		return v, nil
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			v.reserved, err = d.reservedRequested(ctx, svc)
+		}
+		return v, err
 	}
 	v.claim = claim
 	// This driver's own recent writes the cache may not show yet.
@@ -246,6 +249,33 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		v.holds = append(v.holds, holds...)
 	}
 	return v, nil
+}
+
+// reservedRequested are the addresses of this driver (cached) whose IP the Service requests by
+// other means than a claim, that are not attached to it.
+func (d *Driver) reservedRequested(ctx context.Context, svc *corev1.Service) ([]*ipamv1.IPAddress, error) {
+	var out []*ipamv1.IPAddress
+	for _, ip := range RequestedIPs(svc) {
+		var a ipamv1.IPAddress
+		if err := d.client.Get(ctx, types.NamespacedName{Name: ipamv1.AddressName(ip)}, &a); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		if a.Spec.Address != ip.String() || attachedTo(a.Status.AttachedTo, svc) {
+			continue
+		}
+		var class ipamv1.IPAddressClass
+		if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		if class.Spec.Provisioner == Provisioner {
+			out = append(out, &a)
+		}
+	}
+	return out, nil
 }
 
 // parkingWanted reads the classes parkingWanted needs, only when they can matter.
