@@ -217,14 +217,15 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if all := pass.binds(); all || (pass.writes() && !r.cacheShowsOwnWrites(&claim, refs.Items, r.bindMemory().of(req.NamespacedName))) {
-		// A bind is due, or a write while the cache does not show an earlier write of this
-		// controller: decide again on the apiserver's view of the claim and of its addresses. A
-		// decision from such a cache could bind a second address, or turn a Bound claim Lost
-		// or change its addresses (DESIGN §5a: no decision rests on our own unseen writes); a
-		// bind also rests on every address that names the claim, one a driver or an admin made
-		// a moment ago included. A write on a cache that shows ours decides from the cache: every
-		// write is guarded by the resourceVersion it was decided on.
+	if all := pass.binds(); all || (pass.writes() && !r.mayWriteFromCache(&claim, refs.Items, &pass, r.bindMemory().of(req.NamespacedName))) {
+		// A write is due that the cache may not be trusted for: decide again on the apiserver's
+		// view of the claim and of its addresses. A decision from a lagging cache could bind a
+		// second address, or turn a Bound claim Lost or change its addresses (DESIGN §5a: no
+		// decision rests on our own unseen writes); a bind also rests on every address that
+		// names the claim, one a driver or an admin made a moment ago included. The common
+		// writes (the finalizer and stamp, a status that only adds addresses) decide from a
+		// cache that shows this controller's own writes (mayWriteFromCache): every write is
+		// guarded by the resourceVersion it was decided on.
 		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items, all)
 		if err != nil || !ok {
 			return reconcile.Result{}, err

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -15,8 +16,14 @@ import (
 // Reading always, before every write, cost the apiserver a read per write (at 10,000 claims,
 // more reads than writes, on a control plane already out of CPU).
 //
-// Losing the memory is safe: a restarted controller's cache is listed after its last write. An
-// entry the cache never confirms (the object went) expires after ownWriteTTL.
+// The memory is this process's alone: after a restart or a leader change it is empty, and a
+// cache can still lag behind writes made before (by the previous leader, whose standby's caches
+// ran all along) or by others (a driver's pre-bound address). So the cache is trusted only for
+// writes that cannot take anything away (mayWriteFromCache): never for a bind, an unbind, a UID
+// completion, a status that drops or changes an address or says Lost, nor while an address the
+// claim's status names is missing from the cache. An entry the cache does not confirm within
+// ownWriteTTL (the object went, or the cache is far behind) asks for one read from the apiserver
+// and is dropped.
 type ownWrites struct {
 	mu      sync.Mutex
 	m       map[string]ownWrite
@@ -61,9 +68,12 @@ func (w *ownWrites) shows(key, cached string, now time.Time) bool {
 	if !ok {
 		return true
 	}
-	if now.Sub(e.at) > ownWriteTTL || rvAtLeast(cached, e.rv) {
+	if rvAtLeast(cached, e.rv) {
 		delete(w.m, key)
 		return true
+	}
+	if now.Sub(e.at) > ownWriteTTL {
+		delete(w.m, key) // unconfirmed for long: read once, then trust the cache again
 	}
 	return false
 }
@@ -79,6 +89,28 @@ func (w *ownWrites) len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.m)
+}
+
+// mayWriteFromCache says whether a pass (which does not bind) may write what it decided from
+// the cache: it takes nothing away (no unbind, no UID completion, no address dropped or changed
+// in the status, no Lost), every address the claim's status names is in the cache, and the cache
+// shows this controller's own writes.
+func (r *ClaimReconciler) mayWriteFromCache(claim *ipamv1.IPAddressClaim, cached []ipamv1.IPAddress, p *claimPass, pending []string) bool {
+	if p.binds() || len(p.sorted.surplus) > 0 || len(p.sorted.needUID) > 0 {
+		return false
+	}
+	if p.statusChanges && p.status.Phase == ipamv1.ClaimLost {
+		return false
+	}
+	for _, ca := range claim.Status.Addresses {
+		if !slices.ContainsFunc(cached, func(a ipamv1.IPAddress) bool { return a.Name == ca.Name }) {
+			return false
+		}
+		if p.statusChanges && !slices.Contains(p.status.Addresses, ca) {
+			return false
+		}
+	}
+	return r.cacheShowsOwnWrites(claim, cached, pending)
 }
 
 // cacheShowsOwnWrites: the cached claim and every cached address of it show this controller's

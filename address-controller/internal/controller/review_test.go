@@ -69,8 +69,7 @@ func TestBoundClaimStaysBoundWhenTheAddressCacheLags(t *testing.T) {
 	live := liveClient(t)
 	m := NewMetrics(nil)
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}
-	r := claimReconciler(frozenClient(t), live, m)
-	if _, err := r.Reconcile(ctx, req); err != nil {
+	if _, err := claimReconciler(frozenClient(t), live, m).Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	bound := getClaim(t, ns, "c")
@@ -78,8 +77,7 @@ func TestBoundClaimStaysBoundWhenTheAddressCacheLags(t *testing.T) {
 		t.Fatalf("first pass: %+v", bound.Status)
 	}
 	// The claim is Bound in the cache; its address is not there yet.
-	r.Client = laggingAddresses(t, beforeAddress) // the same controller, its address cache behind
-	if _, err := r.Reconcile(ctx, req); err != nil {
+	if _, err := claimReconciler(laggingAddresses(t, beforeAddress), live, m).Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	c := getClaim(t, ns, "c")

@@ -160,6 +160,19 @@ func (a *Announcer) ClearTopic(topic string, keep ...types.NamespacedName) {
 	}
 }
 
+// Remembers reports whether reason (or a topic) is remembered as said about the object with
+// the given key: true until Clear, ClearTopic or Forget drops it (for tests and diagnostics).
+func (a *Announcer) Remembers(key types.NamespacedName, reason string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.said[key]
+	if s == nil {
+		return false
+	}
+	_, ok := s.messages[reason]
+	return ok
+}
+
 // Forget drops everything said about an object; call it when the object is gone.
 func (a *Announcer) Forget(key types.NamespacedName) {
 	a.mu.Lock()

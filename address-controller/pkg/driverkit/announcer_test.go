@@ -44,8 +44,15 @@ func TestAnnouncerSaysOnceUntilTheMessageChanges(t *testing.T) {
 	if len(rec.events) != 3 {
 		t.Fatalf("events = %v, want 3", rec.events)
 	}
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	if !a.Remembers(key, "Conflict") || a.Remembers(key, "Lost") {
+		t.Fatal("Remembers does not match what was said")
+	}
 	if !a.Clear(s, "Conflict") || a.Clear(s, "Conflict") {
 		t.Fatal("Clear should report a said reason once")
+	}
+	if a.Remembers(key, "Conflict") {
+		t.Fatal("a cleared reason is still remembered")
 	}
 	if !a.Say(s, nil, corev1.EventTypeWarning, "Conflict", "Test", "held by a, b") {
 		t.Fatal("a cleared reason is said again")

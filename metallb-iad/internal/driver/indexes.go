@@ -34,6 +34,9 @@ const (
 	indexIngressIP = "metallb-iad.ingressIP"
 	// indexExternalIP keys a Service by each IP of its spec.externalIPs.
 	indexExternalIP = "metallb-iad.externalIP"
+	// indexRequestedIP keys a Service by each IP it requests other than through the driver's
+	// pin (RequestedIPs): a Service that requests a reserved IP is told (ReservedAddressRequested).
+	indexRequestedIP = "metallb-iad.requestedIP"
 	// indexParked keys a parked Service (autoclaim.ParkingPool) by "true".
 	indexParked = "metallb-iad.parked"
 	// indexEventAbout keys an Event (the cache holds only MetalLB's AllocationFailed reports in
@@ -120,6 +123,13 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 		}},
 		{&corev1.Service{}, indexExternalIP, func(o client.Object) []string {
 			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+		}},
+		{&corev1.Service{}, indexRequestedIP, func(o client.Object) []string {
+			s := o.(*corev1.Service)
+			if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+				return nil
+			}
+			return ipStrings(RequestedIPs(s))
 		}},
 		{&corev1.Event{}, indexEventAbout, func(o client.Object) []string {
 			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}

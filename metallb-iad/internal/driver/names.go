@@ -209,12 +209,14 @@ func parseIPList(s string) []netip.Addr {
 }
 
 // RequestedIPs are the IPs a Service requests from MetalLB other than through this driver's pin:
-// a loadBalancerIPs pin the driver did not write, and spec.loadBalancerIP.
+// a loadBalancerIPs pin the driver did not write (or its legacy metallb.universe.tf twin, which
+// MetalLB still reads), and spec.loadBalancerIP.
 func RequestedIPs(svc *corev1.Service) []netip.Addr {
 	var out []netip.Addr
 	if svc.Annotations[AnnotationPinned] != "true" {
 		out = PinIPs(svc)
 	}
+	out = append(out, parseIPList(svc.Annotations[metallb.LegacyPrefix+"loadBalancerIPs"])...)
 	out = append(out, parseIPList(svc.Spec.LoadBalancerIP)...)
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return slices.Compact(out)

@@ -589,14 +589,21 @@ func fuzzAddressView(data []byte) addressView {
 	// recent, or older than NotServedAfter.
 	v.notServedAfter = 10 * time.Minute
 	if c.yes(2) {
-		// (In half-minute steps: one byte of choice reaches past NotServedAfter.)
-		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
-		v.unserved.said = c.yes(2)
+		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(1200)) * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
 	}
 	refreshAddressView(&v, others)
+	// Choices added later come last, each with its old meaning as the first option, so that the
+	// committed seeds decode to the views they were found with (exhausted data chooses the first
+	// option).
+	if !v.unserved.since.IsZero() {
+		// Older by half-minute steps (one byte of choice alone stops short of NotServedAfter),
+		// and whether its Warning was said.
+		v.unserved.since = v.unserved.since.Add(-time.Duration(c.n(24)) * 30 * time.Second)
+		v.unserved.said = c.n(2) == 1
+	}
 	// The guessed release for an attached Service (plan_release.go): off (the default) or on,
 	// its names free, waiting for some time.
-	if c.yes(2) {
+	if c.n(2) == 1 {
 		v.releaseFor, v.releaseAfter = 10*time.Second, 30*time.Second
 		v.stale.names, v.stale.known = staleCandidates(&v, nil)
 		v.stale.free = map[string]bool{}

@@ -43,6 +43,12 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 			if at := a.Status.AttachedTo; at != nil {
 				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: at.Namespace, Name: at.Name}})
 			}
+			// A Service that requests the IP without its claim is told (ReservedAddressRequested),
+			// also when its request came before the address.
+			var requesting corev1.ServiceList
+			if err := d.client.List(ctx, &requesting, client.MatchingFields{indexRequestedIP: a.Spec.Address}, client.UnsafeDisableDeepCopy); err == nil {
+				reqs = append(reqs, driverkit.Requests(requesting.Items)...)
+			}
 			return reqs
 		})).
 		// Whether a parked Service with no claim yet should stay parked depends on the classes
