@@ -69,9 +69,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
 		"how long the leader keeps trying to renew its Lease before it gives up and exits (raise it where the apiserver stalls under load)")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election tries to acquire or renew the Lease")
-	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles per controller")
-	fs.Float64Var(&o.QPS, "kube-api-qps", 50, "sustained requests per second to the apiserver")
-	fs.IntVar(&o.Burst, "kube-api-burst", 100, "request burst to the apiserver")
+	fs.IntVar(&o.Workers, "workers", 16, "concurrent reconciles per controller")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 100, "sustained requests per second to the apiserver")
+	fs.IntVar(&o.Burst, "kube-api-burst", 200, "request burst to the apiserver")
 	fs.DurationVar(&o.SyncPeriod, "resync-period", 10*time.Hour, "how often every object is reconciled even without events")
 	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
 	o.Zap.BindFlags(fs)

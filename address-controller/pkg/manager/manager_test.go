@@ -25,7 +25,7 @@ func parse(t *testing.T, args ...string) *Options {
 func TestDefaults(t *testing.T) {
 	o := parse(t)
 	if o.MetricsAddr != ":8080" || o.MetricsSecure || o.ProbeAddr != ":8081" || !o.LeaderElect ||
-		o.Workers != 4 || o.QPS != 50 || o.Burst != 100 || o.SyncPeriod != 10*time.Hour {
+		o.Workers != 16 || o.QPS != 100 || o.Burst != 200 || o.SyncPeriod != 10*time.Hour {
 		t.Fatalf("defaults %+v", o)
 	}
 	if err := o.Validate(); err != nil {
