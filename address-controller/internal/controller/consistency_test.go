@@ -459,3 +459,33 @@ func TestPassThatDoesNotBindStillSeesItsOwnBind(t *testing.T) {
 		t.Errorf("the pass listed addresses by claimRef %d times, want reads by name", got)
 	}
 }
+
+// Found in review: a Pending claim whose cache shows an address naming it (pre-bound by a driver,
+// bound by a previous leader) must not be written Bound from that cache alone: the address may
+// have been unbound since (an admin's unbind, a previous leader's surplus unbind), and the claim
+// would then name an address that is not its own — and, once Bound, never bind another. A fresh
+// controller (no memory of its own writes: a restart or a leader change) on a cache from before
+// the unbind writes no Bound status.
+func TestPendingClaimIsNotBoundFromAStaleAddressCache(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "stale-prebound", noDriver)
+	c := newClaim(t, ns, "c", "stale-prebound", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Finalizers = []string{ipamv1.FinalizerClaim}
+		c.Annotations = map[string]string{ipamv1.AnnotationProvisioner: noDriver, ipamv1.AnnotationResolvedClass: "stale-prebound"}
+	})
+	b := newAddress(t, "203.0.113.150", "stale-prebound", &ipamv1.ClaimReference{Namespace: ns, Name: "c", UID: c.UID})
+	stale := frozenClient(t) // shows b naming the claim
+	if err := patchAddressSpec(ctx, b.Name, `{"spec":{"claimRef":null}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimReconciler(stale, liveClient(t), NewMetrics(nil)).Reconcile(ctx,
+		reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := getClaim(t, ns, "c")
+	if got.Status.Phase == ipamv1.ClaimBound {
+		t.Fatalf("the claim was written Bound to %+v from a cache that still showed %s naming it", got.Status.Addresses, b.Name)
+	}
+}

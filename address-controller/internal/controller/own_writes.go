@@ -18,10 +18,11 @@ import (
 //
 // The memory is this process's alone: after a restart or a leader change it is empty, and a
 // cache can still lag behind writes made before (by the previous leader, whose standby's caches
-// ran all along) or by others (a driver's pre-bound address). So the cache is trusted only for
-// writes that cannot take anything away (mayWriteFromCache): never for a bind, an unbind, a UID
-// completion, a status that drops or changes an address or says Lost, nor while an address the
-// claim's status names is missing from the cache. An entry the cache does not confirm within
+// ran all along) or by others (a driver's pre-bound address, an admin's unbind). So the cache is
+// trusted only for the finalizer and stamp and for a status that keeps the claim's phase and
+// addresses (mayWriteFromCache): never for a bind, an unbind, a UID completion, a status that
+// changes the phase or the addresses, nor while an address the claim's status names is missing
+// from the cache. An entry the cache does not confirm within
 // ownWriteTTL (the object went, or the cache is far behind) asks for one read from the apiserver
 // and is dropped.
 type ownWrites struct {
@@ -51,7 +52,7 @@ func (w *ownWrites) wrote(key, rv string, now time.Time) {
 	w.m[key] = ownWrite{rv: rv, at: now}
 	if len(w.m) >= w.sweepAt {
 		for k, e := range w.m {
-			if now.Sub(e.at) > ownWriteTTL {
+			if now.Sub(e.at) > 2*ownWriteTTL { // (past ownWriteTTL, a pass reads once: shows)
 				delete(w.m, k)
 			}
 		}
@@ -92,21 +93,22 @@ func (w *ownWrites) len() int {
 }
 
 // mayWriteFromCache says whether a pass (which does not bind) may write what it decided from
-// the cache: it takes nothing away (no unbind, no UID completion, no address dropped or changed
-// in the status, no Lost), every address the claim's status names is in the cache, and the cache
-// shows this controller's own writes.
+// the cache: the finalizer and stamp, or a status that keeps the claim's phase and addresses
+// (its condition's reason or message); no unbind, no UID completion; every address the claim's
+// status names is in the cache; and the cache shows this controller's own writes.
 func (r *ClaimReconciler) mayWriteFromCache(claim *ipamv1.IPAddressClaim, cached []ipamv1.IPAddress, p *claimPass, pending []string) bool {
 	if p.binds() || len(p.sorted.surplus) > 0 || len(p.sorted.needUID) > 0 {
 		return false
 	}
-	if p.statusChanges && p.status.Phase == ipamv1.ClaimLost {
+	// A status that changes the phase or the addresses (Bound, Lost, an address added, dropped
+	// or changed) rests on the addresses as the apiserver has them: an address cache behind a
+	// driver's, an admin's or a previous leader's write could name an address that no longer
+	// names the claim, or miss one that does.
+	if p.statusChanges && (p.status.Phase != claim.Status.Phase || !slices.Equal(p.status.Addresses, claim.Status.Addresses)) {
 		return false
 	}
 	for _, ca := range claim.Status.Addresses {
 		if !slices.ContainsFunc(cached, func(a ipamv1.IPAddress) bool { return a.Name == ca.Name }) {
-			return false
-		}
-		if p.statusChanges && !slices.Contains(p.status.Addresses, ca) {
 			return false
 		}
 	}

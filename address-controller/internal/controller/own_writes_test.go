@@ -39,7 +39,7 @@ func TestOwnWrites(t *testing.T) {
 	for i := range 1100 {
 		w.wrote(fmt.Sprintf("claim/t/%d", i), "1", now)
 	}
-	later := now.Add(ownWriteTTL + time.Minute)
+	later := now.Add(2*ownWriteTTL + time.Minute)
 	for i := range 1100 {
 		w.wrote(fmt.Sprintf("claim/t/late-%d", i), "1", later)
 	}

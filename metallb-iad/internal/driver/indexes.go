@@ -126,8 +126,8 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 		}},
 		{&corev1.Service{}, indexRequestedIP, func(o client.Object) []string {
 			s := o.(*corev1.Service)
-			if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-				return nil
+			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Labels[LabelRole] != "" {
+				return nil // (the driver's own placeholders request reserved IPs by design)
 			}
 			return ipStrings(RequestedIPs(s))
 		}},
