@@ -160,9 +160,12 @@ bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; B
 	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) $(BENCH_FLAGS)
 
 .PHONY: test-bench-e2e
-test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout or a wrong address).
+test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout, a wrong address or a missing apiserver profile).
 	@mkdir -p $(LOCALBIN)
-	$(GO) run ./e2e/cmd/bench-e2e -n 50 -progress 10s -out $(LOCALBIN)/bench-e2e-smoke.json
+	rm -rf $(LOCALBIN)/bench-e2e-smoke-profiles
+	$(GO) run ./e2e/cmd/bench-e2e -n 50 -progress 10s -out $(LOCALBIN)/bench-e2e-smoke.json \
+		-apiserver-profile $(LOCALBIN)/bench-e2e-smoke-profiles -apiserver-profile-seconds 1
+	test -s $(LOCALBIN)/bench-e2e-smoke-profiles/apiserver-claims.pprof
 
 .PHONY: test-e2e
 # The suite's short chaos run uses a fixed seed (CHAOS_SEED overrides it), so that a red run is

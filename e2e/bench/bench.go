@@ -95,6 +95,11 @@ type Config struct {
 	// every Service it tracks, again and again while deletions race with the pass
 	// (docs/benchmarks.md).
 	Fresh bool
+	// ProfileDir, when set, turns on kube-apiserver's profiling and writes a CPU profile of it
+	// for each step there (profile.go).
+	ProfileDir string
+	// ProfileSeconds is each profile's length (DefaultProfileSeconds when zero).
+	ProfileSeconds int
 }
 
 // DefaultControllerArgs give leader election room: a benchmark loads the apiserver until it
@@ -207,7 +212,11 @@ func phaseGroups(phases []string, fresh bool) [][]string {
 // end; it returns the check's problems.
 func runGroup(ctx context.Context, cfg Config, phases []string, dir string, rep *Report, logf func(string, ...any)) ([]string, error) {
 	logf("starting the sandbox (control plane, MetalLB, both controllers) for %s", strings.Join(phases, ", "))
-	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: controlplane.Options{Dir: dir}, ControllerArgs: cfg.ControllerArgs})
+	cpOpts := controlplane.Options{Dir: dir}
+	if cfg.ProfileDir != "" {
+		cpOpts.ExtraAPIServerArgs = profilingArgs
+	}
+	s, err := sandbox.Start(ctx, sandbox.Options{Logf: logf, ControlPlane: cpOpts, ControllerArgs: cfg.ControllerArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -529,6 +538,10 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
 	defer cancel()
 	stopProgress := r.progress(ctx, name, kind, tr, n)
+	if r.cfg.ProfileDir != "" {
+		waitProfile := r.profileAPIServer(ctx, name, tr, n)
+		defer waitProfile()
+	}
 	start := time.Now()
 	step.started = start
 	tr.setStart(start)

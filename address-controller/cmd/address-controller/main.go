@@ -26,7 +26,7 @@ func main() {
 	var opts manager.Options
 	opts.BindFlags(flag.CommandLine)
 	quietWait := flag.Duration("pending-reason-after", 2*time.Minute,
-		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for (0: at once)")
+		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for, counted from its creation or from the last bind of its class, whichever is later, and at most 8 times this after creation (0: at once)")
 	flag.Parse()
 	if opts.PrintVersion {
 		fmt.Println(version)

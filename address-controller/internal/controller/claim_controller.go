@@ -53,6 +53,8 @@ type ClaimReconciler struct {
 	bindsOnce sync.Once
 	// writes are this controller's writes the cache may not show yet (own_writes.go).
 	writes ownWrites
+	// progress is when claims of each class last became Bound (class_progress.go).
+	progress classProgress
 }
 
 // bindMemory remembers, per claim, the addresses this controller bound to it until the cache
@@ -284,6 +286,10 @@ func (p *claimPass) writes() bool {
 func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted claimAddresses) (claimPass, error) {
 	p := claimPass{sorted: sorted, className: claim.Status.ClassName,
 		finalizer: !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim)}
+	if cond := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionBound); cond != nil && cond.Status == metav1.ConditionTrue {
+		// What a previous leader or process bound counts as progress too (classProgress).
+		r.progress.saw(claim.Status.ClassName, cond.LastTransitionTime.Time)
+	}
 	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
 	// waiting for its own addresses instead of silently taking new ones.
 	for _, fam := range claim.Spec.Family.Families() {
@@ -325,7 +331,7 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
 	if p.statusChanges {
-		if until, ok := quietUntil(claim, &p.status, r.quietWait()); ok && r.now().Before(until) {
+		if until, ok := quietUntil(claim, &p.status, r.quietWait(), r.progress.lastBind(p.status.ClassName)); ok && r.now().Before(until) {
 			p.status, p.statusChanges, p.quietFor = claim.Status, false, until.Sub(r.now())
 		}
 	}
@@ -649,12 +655,14 @@ func (r *ClaimReconciler) resolveClass(ctx context.Context, claim *ipamv1.IPAddr
 	var class ipamv1.IPAddressClass
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.progress.forget(name)
 			return nil, &waiting{ipamv1.ReasonClassNotFound,
 				fmt.Sprintf("IPAddressClass %s does not exist; the claim binds once it is created", name)}, nil
 		}
 		return nil, nil, err
 	}
 	if class.DeletionTimestamp != nil {
+		r.progress.forget(name)
 		return nil, &waiting{ipamv1.ReasonClassNotFound, fmt.Sprintf("IPAddressClass %s is being deleted", name)}, nil
 	}
 	return &class, nil, nil
@@ -765,6 +773,7 @@ func (r *ClaimReconciler) claimTransition(before, after *ipamv1.IPAddressClaim) 
 	case after.Status.Phase == ipamv1.ClaimBound && before.Status.Phase != ipamv1.ClaimBound:
 		if before.Status.Phase == "" || before.Status.Phase == ipamv1.ClaimPending {
 			r.Metrics.observeBind(r.now().Sub(after.CreationTimestamp.Time))
+			r.progress.saw(after.Status.ClassName, r.now())
 		}
 	case after.Status.Phase == ipamv1.ClaimLost && before.Status.Phase != ipamv1.ClaimLost:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "AddressLost", "Bind", "%s", cur.Message)

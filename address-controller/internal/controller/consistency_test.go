@@ -314,6 +314,72 @@ func TestQuietClaimIsStampedAndRecheckedWhenItsQuietEnds(t *testing.T) {
 	}
 }
 
+// A claim queued behind a driver that keeps binding other claims of its class stays quiet past
+// its own quiet wait: the wait runs from the class's last bind, which the core learns both from
+// a bind it writes and, after a restart, from a Bound claim's condition. Once the binds stop for
+// a quiet wait, the claim says what it waits for.
+func TestAClaimQueuedBehindABusyDriverStaysQuiet(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "busy", noDriver)
+	newClaim(t, ns, "queued", "busy", ipamv1.IPv4)
+	time.Sleep(2100 * time.Millisecond) // timestamps have one-second precision: the bind comes later
+	newClaim(t, ns, "served", "busy", ipamv1.IPv4)
+	newAddress(t, "203.0.113.160", "busy", &ipamv1.ClaimReference{Namespace: ns, Name: "served", UID: getClaim(t, ns, "served").UID})
+	pass := func(r *ClaimReconciler, name string) {
+		t.Helper()
+		r.Client = frozenClient(t)
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet := func(who string) {
+		t.Helper()
+		if c := getClaim(t, ns, "queued"); len(c.Status.Conditions) > 0 || c.Status.ClassName != "" {
+			t.Fatalf("%s: the queued claim's status was written while its class's driver was binding: %+v", who, c.Status)
+		}
+	}
+
+	// This process binds "served" (on the real clock).
+	binder := claimReconciler(nil, liveClient(t), NewMetrics(nil))
+	binder.QuietWait = time.Hour
+	for i := 0; i < 3 && getClaim(t, ns, "served").Status.Phase != ipamv1.ClaimBound; i++ {
+		pass(binder, "served")
+	}
+	served := getClaim(t, ns, "served")
+	cond := meta.FindStatusCondition(served.Status.Conditions, ipamv1.ConditionBound)
+	if served.Status.Phase != ipamv1.ClaimBound || cond == nil {
+		t.Fatalf("served claim not Bound: %+v", served.Status)
+	}
+	boundAt := cond.LastTransitionTime.Time
+	queuedAt := getClaim(t, ns, "queued").CreationTimestamp.Time
+	if !boundAt.After(queuedAt) {
+		t.Fatalf("bound at %s, not after the queued claim's creation %s", boundAt, queuedAt)
+	}
+	// Past the queued claim's own quiet wait, within one after the bind.
+	late := boundAt.Add(time.Hour - time.Millisecond)
+	binder.Now = func() time.Time { return late }
+	pass(binder, "queued")
+	quiet("the process that bound")
+
+	// A new process (a restart, a new leader) learns the bind from the Bound claim.
+	fresh := claimReconciler(nil, liveClient(t), NewMetrics(nil))
+	fresh.QuietWait = time.Hour
+	fresh.Now = func() time.Time { return late }
+	pass(fresh, "served")
+	pass(fresh, "queued")
+	quiet("a new process")
+
+	// The binds stop: a quiet wait after the last one, the claim says what it waits for.
+	fresh.Now = func() time.Time { return boundAt.Add(time.Hour + time.Second) }
+	pass(fresh, "queued")
+	c := getClaim(t, ns, "queued")
+	if cond := meta.FindStatusCondition(c.Status.Conditions, ipamv1.ConditionBound); cond == nil || cond.Reason != ipamv1.ReasonWaitingForAddress {
+		t.Fatalf("a quiet wait after the class's last bind the queued claim says %+v, want WaitingForAddress", c.Status)
+	}
+}
+
 // The stamp follows what the claim already has: a Dual claim whose IPv4 address is of class A
 // takes its IPv6 one from A too, whatever the resolved-class annotation said (an admin's edit, or
 // a stamp from before), and the stamp is corrected even when the core binds an Available address

@@ -187,12 +187,20 @@ func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*i
 // say which driver and class it waits for, and the status says so once the wait lasts.
 const quietWait = 2 * time.Minute
 
+// quietCap bounds a quiet wait, in quiet waits after the claim's creation: a driver that keeps
+// binding other claims of the class extends a claim's quiet (classProgress), but never past
+// this (16 minutes by default), so that a claim the driver passes over, while it serves the
+// others, still says what it waits for.
+const quietCap = 8
+
 // quietUntil reports until when a claim may keep its status unwritten rather than take want:
 // only a claim whose status the core has never written (no Bound condition, no addresses) and
 // that waits for nothing but its driver's address (reason WaitingForAddress, nothing bound), for
-// wait after its creation. Any other wait (a class missing or refused, a named address unusable)
+// wait after its creation or after lastBind, the last time a claim of its class became Bound
+// (its driver is working through a backlog), whichever is later, and at most quietCap waits
+// after its creation. Any other wait (a class missing or refused, a named address unusable)
 // and any bind are written at once.
-func quietUntil(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus, wait time.Duration) (time.Time, bool) {
+func quietUntil(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus, wait time.Duration, lastBind time.Time) (time.Time, bool) {
 	if len(claim.Status.Conditions) > 0 || len(claim.Status.Addresses) > 0 || claim.Status.ClassName != "" ||
 		(claim.Status.Phase != "" && claim.Status.Phase != ipamv1.ClaimPending) {
 		return time.Time{}, false
@@ -201,7 +209,14 @@ func quietUntil(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus,
 	if want.Phase != ipamv1.ClaimPending || len(want.Addresses) > 0 || cond == nil || cond.Reason != ipamv1.ReasonWaitingForAddress {
 		return time.Time{}, false
 	}
-	return claim.CreationTimestamp.Add(wait), true
+	until := claim.CreationTimestamp.Add(wait)
+	if busy := lastBind.Add(wait); busy.After(until) {
+		until = busy
+		if limit := claim.CreationTimestamp.Add(quietCap * wait); until.After(limit) {
+			until = limit
+		}
+	}
+	return until, true
 }
 
 func previouslyBound(claim *ipamv1.IPAddressClaim, families []string) string {

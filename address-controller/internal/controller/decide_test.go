@@ -353,12 +353,55 @@ func TestQuietUntil(t *testing.T) {
 		{"fresh, one family bound", fresh, partial, false},
 		{"written before (a reason to keep current)", written, waitingFor(ipamv1.ReasonWaitingForAddress), false},
 	} {
-		until, quiet := quietUntil(tc.claim, tc.want, time.Minute)
+		until, quiet := quietUntil(tc.claim, tc.want, time.Minute, time.Time{})
 		if quiet != tc.quiet {
 			t.Errorf("%s: quiet=%v, want %v", tc.name, quiet, tc.quiet)
 		}
 		if quiet && !until.Equal(t0.Add(time.Minute)) {
 			t.Errorf("%s: quiet until %s, want a minute after creation", tc.name, until)
 		}
+	}
+	// A driver that keeps binding claims of the class extends the quiet: a wait after its last
+	// bind, never more than quietCap waits after the claim's creation.
+	want := waitingFor(ipamv1.ReasonWaitingForAddress)
+	for _, tc := range []struct {
+		name     string
+		lastBind time.Time
+		until    time.Time
+	}{
+		{"no bind seen", time.Time{}, t0.Add(time.Minute)},
+		{"last bind before the claim", t0.Add(-30 * time.Second), t0.Add(time.Minute)},
+		{"a bind after the claim's creation", t0.Add(90 * time.Second), t0.Add(150 * time.Second)},
+		{"binds still coming after many waits", t0.Add(20 * time.Minute), t0.Add(quietCap * time.Minute)},
+	} {
+		until, quiet := quietUntil(fresh, want, time.Minute, tc.lastBind)
+		if !quiet || !until.Equal(tc.until) {
+			t.Errorf("%s: quiet=%v until %s, want until %s", tc.name, quiet, until.Sub(t0), tc.until.Sub(t0))
+		}
+	}
+	// Progress never quiets what is written at once.
+	if _, quiet := quietUntil(fresh, waitingFor(ipamv1.ReasonClassNotFound), time.Minute, t0.Add(time.Minute)); quiet {
+		t.Errorf("a missing class was kept quiet because other claims of some class were bound")
+	}
+}
+
+func TestClassProgress(t *testing.T) {
+	var p classProgress
+	if !p.lastBind("a").IsZero() {
+		t.Fatal("a class never seen has a last bind")
+	}
+	p.saw("a", t0.Add(time.Minute))
+	p.saw("a", t0) // an older Bound claim seen later does not move it back
+	p.saw("", t0.Add(time.Hour))
+	p.saw("b", time.Time{})
+	if got := p.lastBind("a"); !got.Equal(t0.Add(time.Minute)) {
+		t.Errorf("last bind of a = %s, want t0+1m", got.Sub(t0))
+	}
+	if !p.lastBind("b").IsZero() || !p.lastBind("").IsZero() {
+		t.Errorf("an unnamed class or a zero time was recorded")
+	}
+	p.forget("a")
+	if !p.lastBind("a").IsZero() {
+		t.Errorf("a forgotten class still has a last bind")
 	}
 }

@@ -2,11 +2,11 @@ package controller
 
 import (
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
 
 // ownWrites remembers the resourceVersion of this controller's last write of each claim and
@@ -69,7 +69,7 @@ func (w *ownWrites) shows(key, cached string, now time.Time) bool {
 	if !ok {
 		return true
 	}
-	if rvAtLeast(cached, e.rv) {
+	if driverkit.RVAtLeast(cached, e.rv) {
 		delete(w.m, key)
 		return true
 	}
@@ -127,15 +127,4 @@ func (r *ClaimReconciler) cacheShowsOwnWrites(claim *ipamv1.IPAddressClaim, cach
 		ok = r.writes.shows(addressWriteKey(cached[i].Name), cached[i].ResourceVersion, now) && ok
 	}
 	return ok
-}
-
-// rvAtLeast reports whether resourceVersion have is the one want or newer. Resource versions
-// are etcd revisions here; one that does not parse as a number is compared for equality only.
-func rvAtLeast(have, want string) bool {
-	h, err1 := strconv.ParseUint(have, 10, 64)
-	w, err2 := strconv.ParseUint(want, 10, 64)
-	if err1 != nil || err2 != nil {
-		return have == want
-	}
-	return h >= w
 }

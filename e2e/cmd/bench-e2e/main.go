@@ -33,6 +33,8 @@ func main() {
 		ctlArgs     = flag.String("controller-args", strings.Join(bench.DefaultControllerArgs, " "), "extra flags for both controllers, separated by spaces")
 		fresh       = flag.Bool("fresh", false, "run plain, and claims with attach, each on a control plane of its own, with no baselines (nothing is deleted: the way through at 10,000)")
 		dir         = flag.String("dir", "", "keep the control plane's state (logs, audit log) in this directory (default: a temporary one, removed)")
+		profileDir  = flag.String("apiserver-profile", "", "turn on kube-apiserver's profiling and write a CPU profile of it per step, taken once a third of the step's objects are done, into this directory")
+		profileSecs = flag.Int("apiserver-profile-seconds", bench.DefaultProfileSeconds, "length of each kube-apiserver CPU profile")
 	)
 	flag.Parse()
 	// The benchmark's own client and cache log nothing worth reading.
@@ -40,7 +42,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout,
-		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh}
+		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh, ProfileDir: *profileDir, ProfileSeconds: *profileSecs}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Phases = append(cfg.Phases, p)

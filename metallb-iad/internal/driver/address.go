@@ -326,7 +326,7 @@ func (d *Driver) freshAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1
 	if !ok {
 		return a, nil
 	}
-	if rvAtLeast(a.ResourceVersion, rv) {
+	if driverkit.RVAtLeast(a.ResourceVersion, rv) {
 		d.expect.Observed(writtenKey(a.Name))
 		return a, nil
 	}

@@ -111,11 +111,18 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	}
 	// What each served placeholder's IP already is.
 	for _, s := range v.placeholders {
-		ip, ok := servedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily]))
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		ip, ok := servedIP(s, fam)
 		if !ok {
 			continue
 		}
-		if err := d.lookUpAddress(ctx, &v, ip); err != nil {
+		// The usual case, a placeholder of a family the claim still misses that MetalLB has
+		// just served, is decided from the cache alone: its address is about to be created, and
+		// the create is the lock on the IP (an address the cache does not show yet makes it fail,
+		// and the next pass reads; addressExists). Any other placeholder may be deleted or handed
+		// over on what the pass finds, so a miss in the cache is confirmed by the apiserver.
+		settling := v.claim != nil && s.Labels[LabelClaimUID] == string(v.claim.UID) && !v.have[fam]
+		if err := d.lookUpAddress(ctx, &v, ip, !settling); err != nil {
 			return v, err
 		}
 	}
@@ -199,12 +206,15 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 	return "", fmt.Errorf("claim uid %s has 100 placeholders for %s: giving up", uid, fam)
 }
 
-func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.Addr) error {
+// lookUpAddress finds the IPAddress of a served placeholder's IP. One the cache does not have
+// may have been created a moment ago (by this driver or an admin): confirm asks the apiserver
+// then, and so does a pass after a create of it was refused (addressExists), or while this
+// driver's own create of it awaits the cache (its hold expected).
+func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.Addr, confirm bool) error {
 	name := ipamv1.AddressName(ip)
 	var a ipamv1.IPAddress
 	err := d.client.Get(ctx, types.NamespacedName{Name: name}, &a)
-	if apierrors.IsNotFound(err) {
-		// Perhaps created a moment ago (by this driver or an admin): ask the apiserver.
+	if apierrors.IsNotFound(err) && (confirm || d.mayExist(name, v.now)) {
 		err = d.reader.Get(ctx, types.NamespacedName{Name: name}, &a)
 	}
 	switch {
@@ -213,6 +223,7 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	case err != nil:
 		return err
 	}
+	d.expect.Observed(existsKey(name))
 	// As this driver last wrote it.
 	fresh, err := d.freshAddress(ctx, &a)
 	switch {
@@ -232,6 +243,16 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 		v.holdOf[name] = expected
 	}
 	return nil
+}
+
+// mayExist: the cache may not show an IPAddress of this name that exists (a create of it was
+// refused, or this driver created it and its hold is expected).
+func (d *Driver) mayExist(name string, now time.Time) bool {
+	if _, ok := d.expect.Pending(existsKey(name), now); ok {
+		return true
+	}
+	_, ok := d.expect.Pending(holdKey(name), now)
+	return ok
 }
 
 // applyProvisionPlan makes the plan's writes. A delete refused because the placeholder changed
@@ -273,6 +294,8 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			d.expect.Observed(holdKey(st.address.Name))
 		}
 		if apierrors.IsAlreadyExists(err) {
+			// Not in the cache yet: the next pass reads it from the apiserver.
+			d.expect.Expect(existsKey(st.address.Name), st.address.Name, d.now())
 			return refusedSince, fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
 		}
 		if err != nil {
@@ -336,7 +359,7 @@ func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []
 	out := placeholders[:0:0]
 	for _, s := range placeholders {
 		if rv, ok := d.expect.Pending(relabelledKey(string(s.UID)), now); ok {
-			if !rvAtLeast(s.ResourceVersion, rv) {
+			if !driverkit.RVAtLeast(s.ResourceVersion, rv) {
 				continue
 			}
 			d.expect.Observed(relabelledKey(string(s.UID)))

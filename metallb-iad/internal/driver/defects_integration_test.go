@@ -137,7 +137,7 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	// driver writes the address's Held condition (the race behind the benchmark's 409s).
 	stopCore := playCorePhases(t, "dup")
 	defer stopCore()
-	before := writesSnapshot()
+	before, missesBefore := writesSnapshot(), addressMisses.Load()
 	var claims []*ipamv1.IPAddressClaim
 	for i := range n {
 		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
@@ -178,6 +178,12 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	// view that did not include the driver's own writes.
 	if len(refused) > 0 {
 		t.Errorf("the apiserver refused driver writes: %v", refused)
+	}
+	// Nor does it ask the apiserver for the address of an IP MetalLB just served before creating
+	// it (the create is the lock on the IP): at 10,000 claims that was a read answered 404 for
+	// every claim.
+	if misses := addressMisses.Load() - missesBefore; misses > 0 {
+		t.Errorf("the driver read %d IPAddresses that did not exist while provisioning %d claims, want none", misses, n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -660,5 +666,52 @@ func TestConflictsAnnouncedAndCleared(t *testing.T) {
 	eventually(t, "the Conflict to clear", conflict())
 	if !meta.IsStatusConditionTrue(getAddress(t, addr.Name).Status.Conditions, ipamv1.ConditionHeld) {
 		t.Fatal("not held after the conflict cleared")
+	}
+}
+
+// A claim pass decides from its cache alone that the IP MetalLB just served has no IPAddress,
+// and its create is the lock on the IP. When the cache has not shown an address that exists (an
+// admin's, made a moment before), the create is refused once; the next pass asks the apiserver
+// instead of the lagging cache, and the placeholder becomes that address's hold, not a create
+// refused again on every retry.
+func TestAnAddressMissingFromTheCacheIsReadAfterItsCreateIsRefused(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	const ip = "198.18.9.0"
+	newPoolClass(t, "lagged", ip+"/32")
+	ns := newNamespace(t, "lagged")
+	// The driver's cache of IPAddresses lags well behind: the admin's address is not in it when
+	// MetalLB serves the claim's placeholder.
+	withWatchLagOn(t, "ipaddresses", 4*time.Second)
+	before := writesSnapshot()
+	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip))},
+		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "lagged"}}
+	if err := admin.Create(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	startFakeMetalLB(t, "lagged", netip.MustParsePrefix(ip+"/32"))
+	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Spec: ipamv1.IPAddressClaimSpec{ClassName: "lagged", Family: ipamv1.IPv4}}
+	if err := admin.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the served placeholder to become the admin's address's hold", func() (bool, error) {
+		var list corev1.ServiceList
+		if err := admin.List(ctx, &list, client.InNamespace(testDriverNS), client.MatchingLabels{LabelRole: RoleHold, LabelAddress: addr.Name}); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 1, nil
+	})
+	_, refused := writesSince(t, "lagged", before)
+	if n := refused["409 POST ipaddresses"]; n > 1 {
+		t.Errorf("the create of %s was refused %d times: a pass after the first refusal still decided from the lagging cache", addr.Name, n)
+	}
+	var a ipamv1.IPAddress
+	if err := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Spec.ClaimRef != nil {
+		t.Errorf("the admin's Available address was bound by the driver: %+v", a.Spec.ClaimRef)
 	}
 }

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"strconv"
 	"sync"
 	"time"
 )
@@ -79,20 +78,10 @@ func (e *expectations) Len() int {
 func placeholderKey(claimUID, family string) string { return "placeholder/" + claimUID + "/" + family }
 func addressKey(claimUID, family string) string     { return "address/" + claimUID + "/" + family }
 func holdKey(address string) string                 { return "hold/" + address }
+func existsKey(address string) string               { return "exists/" + address }
 func deletedKey(uid string) string                  { return "deleted/" + uid }
 func relabelledKey(uid string) string               { return "relabelled/" + uid }
 func pinKey(svcUID string) string                   { return "pin/" + svcUID }
 func attachKey(address string) string               { return "attach/" + address }
 func writtenKey(address string) string              { return "written/" + address }
 func serviceWrittenKey(uid string) string           { return "written-service/" + uid }
-
-// rvAtLeast reports whether resourceVersion have is the one want or newer. Resource versions
-// are etcd revisions here; one that does not parse as a number is compared for equality only.
-func rvAtLeast(have, want string) bool {
-	h, err1 := strconv.ParseUint(have, 10, 64)
-	w, err2 := strconv.ParseUint(want, 10, 64)
-	if err1 != nil || err2 != nil {
-		return have == want
-	}
-	return h >= w
-}

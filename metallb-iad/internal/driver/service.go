@@ -147,7 +147,7 @@ func (d *Driver) freshService(ctx context.Context, svc *corev1.Service) (*corev1
 	if !ok {
 		return svc, nil
 	}
-	if rvAtLeast(svc.ResourceVersion, rv) {
+	if driverkit.RVAtLeast(svc.ResourceVersion, rv) {
 		d.expect.Observed(key)
 		return svc, nil
 	}

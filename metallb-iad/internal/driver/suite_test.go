@@ -63,6 +63,9 @@ var driverWrites sync.Map
 // not).
 var eventReads atomic.Int64
 
+// addressMisses counts the driver's reads of IPAddresses the apiserver does not have (404).
+var addressMisses atomic.Int64
+
 type countingTransport struct{ next http.RoundTripper }
 
 // failWrite, while set, answers the driver's writes it matches with a 500 that never reached
@@ -85,6 +88,9 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		n.(*atomic.Int64).Add(1)
 	}
 	resp, err := c.next.RoundTrip(req)
+	if err == nil && req.Method == http.MethodGet && resp.StatusCode == http.StatusNotFound && writeResource(req.URL.Path) == "ipaddresses" {
+		addressMisses.Add(1)
+	}
 	if err == nil && req.Method != http.MethodGet && resp.StatusCode >= 400 {
 		// A refused write (409 Conflict, 404 Not Found) is a wasted write: counted apart too.
 		key := fmt.Sprintf("%d %s %s", resp.StatusCode, req.Method, writeResource(req.URL.Path))
