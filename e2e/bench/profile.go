@@ -22,10 +22,11 @@ var profilingArgs = []string{"--profiling=true"}
 
 // profileAPIServer takes one CPU profile of kube-apiserver once a third of a step's objects
 // are done (the step is in full swing then, past its first creates), and writes it to
-// dir/apiserver-<step>.pprof. It returns at once; the profile is written in the background
-// and wait blocks until it is.
+// dir/apiserver-<step>.pprof. It returns at once; the profile is written in the background.
+// wait ends it: a profile not started yet (the step failed or ended early) is not taken, one
+// being taken is waited for.
 func (r *runner) profileAPIServer(ctx context.Context, step string, tr *stepTrack, n int) (wait func()) {
-	done := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(200 * time.Millisecond)
@@ -33,6 +34,8 @@ func (r *runner) profileAPIServer(ctx context.Context, step string, tr *stepTrac
 		for tr.count()*3 < n {
 			select {
 			case <-ctx.Done():
+				return
+			case <-stop:
 				return
 			case <-t.C:
 			}
@@ -45,7 +48,7 @@ func (r *runner) profileAPIServer(ctx context.Context, step string, tr *stepTrac
 		}
 		r.logf("%s: wrote a %d s CPU profile of kube-apiserver to %s (go tool pprof -top %s)", step, secs, file, file)
 	}()
-	return func() { <-done }
+	return func() { close(stop); <-done }
 }
 
 func fetchProfile(ctx context.Context, cfg *rest.Config, file string, secs int) error {

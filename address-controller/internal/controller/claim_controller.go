@@ -286,10 +286,8 @@ func (p *claimPass) writes() bool {
 func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted claimAddresses) (claimPass, error) {
 	p := claimPass{sorted: sorted, className: claim.Status.ClassName,
 		finalizer: !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim)}
-	if cond := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionBound); cond != nil && cond.Status == metav1.ConditionTrue {
-		// What a previous leader or process bound counts as progress too (classProgress).
-		r.progress.saw(claim.Status.ClassName, cond.LastTransitionTime.Time)
-	}
+	// What a previous leader or process bound counts as progress too (classProgress).
+	r.sawBound(claim)
 	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
 	// waiting for its own addresses instead of silently taking new ones.
 	for _, fam := range claim.Spec.Family.Families() {
@@ -331,11 +329,48 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
 	if p.statusChanges {
-		if until, ok := quietUntil(claim, &p.status, r.quietWait(), r.progress.lastBind(p.status.ClassName)); ok && r.now().Before(until) {
+		lastBind, err := r.lastBind(ctx, p.status.ClassName, claim.Spec.Family.Families())
+		if err != nil {
+			return claimPass{}, err
+		}
+		if until, ok := quietUntil(claim, &p.status, r.quietWait(), lastBind); ok && r.now().Before(until) {
 			p.status, p.statusChanges, p.quietFor = claim.Status, false, until.Sub(r.now())
 		}
 	}
 	return p, nil
+}
+
+// sawBound feeds classProgress from a claim seen Bound: its Bound condition's transition time,
+// never later than this controller's clock (a previous leader's clock may run ahead).
+func (r *ClaimReconciler) sawBound(claim *ipamv1.IPAddressClaim) {
+	cond := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionBound)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return
+	}
+	at := cond.LastTransitionTime.Time
+	if now := r.now(); at.After(now) {
+		at = now
+	}
+	r.progress.saw(claim.Status.ClassName, boundFamilies(claim), at)
+}
+
+// lastBind is when a claim of class last became Bound with every one of families
+// (classProgress), seeding the class from the cache's Bound claims on its first use.
+func (r *ClaimReconciler) lastBind(ctx context.Context, class string, families []ipamv1.IPFamily) (time.Time, error) {
+	if r.progress.needsSeed(class) {
+		var claims ipamv1.IPAddressClaimList
+		// Read only, once per class and process: no copy of every claim.
+		if err := r.Client.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
+			r.progress.unseed(class)
+			return time.Time{}, err
+		}
+		for i := range claims.Items {
+			if c := &claims.Items[i]; c.Status.ClassName == class {
+				r.sawBound(c)
+			}
+		}
+	}
+	return r.progress.lastBind(class, families), nil
 }
 
 func (r *ClaimReconciler) quietWait() time.Duration {
@@ -773,7 +808,7 @@ func (r *ClaimReconciler) claimTransition(before, after *ipamv1.IPAddressClaim) 
 	case after.Status.Phase == ipamv1.ClaimBound && before.Status.Phase != ipamv1.ClaimBound:
 		if before.Status.Phase == "" || before.Status.Phase == ipamv1.ClaimPending {
 			r.Metrics.observeBind(r.now().Sub(after.CreationTimestamp.Time))
-			r.progress.saw(after.Status.ClassName, r.now())
+			r.progress.saw(after.Status.ClassName, boundFamilies(after), r.now())
 		}
 	case after.Status.Phase == ipamv1.ClaimLost && before.Status.Phase != ipamv1.ClaimLost:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "AddressLost", "Bind", "%s", cur.Message)

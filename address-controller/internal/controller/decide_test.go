@@ -360,6 +360,10 @@ func TestQuietUntil(t *testing.T) {
 		if quiet && !until.Equal(t0.Add(time.Minute)) {
 			t.Errorf("%s: quiet until %s, want a minute after creation", tc.name, until)
 		}
+		// A busy driver changes how long, never whether.
+		if _, busy := quietUntil(tc.claim, tc.want, time.Minute, t0.Add(2*time.Minute)); busy != tc.quiet {
+			t.Errorf("%s, with a recent bind of its class: quiet=%v, want %v", tc.name, busy, tc.quiet)
+		}
 	}
 	// A driver that keeps binding claims of the class extends the quiet: a wait after its last
 	// bind, never more than quietCap waits after the claim's creation.
@@ -386,22 +390,58 @@ func TestQuietUntil(t *testing.T) {
 }
 
 func TestClassProgress(t *testing.T) {
+	v4, v6, dual := []ipamv1.IPFamily{ipamv1.IPv4}, []ipamv1.IPFamily{ipamv1.IPv6}, []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6}
 	var p classProgress
-	if !p.lastBind("a").IsZero() {
+	if !p.lastBind("a", v4).IsZero() {
 		t.Fatal("a class never seen has a last bind")
 	}
-	p.saw("a", t0.Add(time.Minute))
-	p.saw("a", t0) // an older Bound claim seen later does not move it back
-	p.saw("", t0.Add(time.Hour))
-	p.saw("b", time.Time{})
-	if got := p.lastBind("a"); !got.Equal(t0.Add(time.Minute)) {
-		t.Errorf("last bind of a = %s, want t0+1m", got.Sub(t0))
+	p.saw("a", v4, t0.Add(time.Minute))
+	p.saw("a", v4, t0) // an older Bound claim seen later does not move it back
+	p.saw("", v4, t0.Add(time.Hour))
+	p.saw("b", v4, time.Time{})
+	if got := p.lastBind("a", v4); !got.Equal(t0.Add(time.Minute)) {
+		t.Errorf("last IPv4 bind of a = %s, want t0+1m", got.Sub(t0))
 	}
-	if !p.lastBind("b").IsZero() || !p.lastBind("").IsZero() {
+	if !p.lastBind("b", v4).IsZero() || !p.lastBind("", v4).IsZero() {
 		t.Errorf("an unnamed class or a zero time was recorded")
 	}
+	// IPv4 binds say nothing of IPv6 (its range may be exhausted), and a Dual claim waits for
+	// both: the earlier of the two counts.
+	if !p.lastBind("a", v6).IsZero() || !p.lastBind("a", dual).IsZero() {
+		t.Errorf("IPv4 binds counted as progress for IPv6 or Dual claims")
+	}
+	p.saw("a", dual, t0.Add(30*time.Second))
+	if got := p.lastBind("a", dual); !got.Equal(t0.Add(30 * time.Second)) {
+		t.Errorf("last Dual bind of a = %s, want t0+30s (the IPv6 side's)", got.Sub(t0))
+	}
+	if !p.needsSeed("a") || p.needsSeed("a") {
+		t.Errorf("a class is to be seeded exactly once")
+	}
+	p.unseed("a")
+	if !p.needsSeed("a") {
+		t.Errorf("a class whose seed failed is not seeded again")
+	}
 	p.forget("a")
-	if !p.lastBind("a").IsZero() {
-		t.Errorf("a forgotten class still has a last bind")
+	if !p.lastBind("a", v4).IsZero() || !p.needsSeed("a") {
+		t.Errorf("a forgotten class keeps its last bind or its seed")
+	}
+}
+
+// A Bound condition written by a clock that runs ahead (a previous leader's) counts as a bind
+// now, not in the future: it must not stretch the quiet of every queued claim to quietCap.
+func TestSawBoundIsNeverLaterThanNow(t *testing.T) {
+	r := &ClaimReconciler{Now: func() time.Time { return t0 }}
+	claim := &ipamv1.IPAddressClaim{Status: ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimBound, ClassName: "k",
+		Addresses:  []ipamv1.ClaimedAddress{{Name: "ip-203-0-113-1", Address: "203.0.113.1", Family: ipamv1.IPv4}},
+		Conditions: []metav1.Condition{{Type: ipamv1.ConditionBound, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonBound, LastTransitionTime: metav1.NewTime(t0.Add(time.Hour))}}}}
+	r.sawBound(claim)
+	if got := r.progress.lastBind("k", []ipamv1.IPFamily{ipamv1.IPv4}); !got.Equal(t0) {
+		t.Errorf("a bind stamped an hour ahead counts at %s, want now", got.Sub(t0))
+	}
+	claim.Status.Conditions[0].Status = metav1.ConditionFalse
+	r.progress = classProgress{}
+	r.sawBound(claim)
+	if !r.progress.lastBind("k", []ipamv1.IPFamily{ipamv1.IPv4}).IsZero() {
+		t.Errorf("a claim not Bound counted as a bind")
 	}
 }

@@ -68,8 +68,17 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if !refusedSince.IsZero() {
 		p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(refusedSince, v.now, time.Second))
 	}
+	if errors.Is(err, errAddressExists) {
+		return reconcile.Result{RequeueAfter: addressExistsRetry}, nil
+	}
 	return reconcile.Result{RequeueAfter: p.requeue}, err
 }
+
+// errAddressExists: a settle's IPAddress create was refused, the address exists though the
+// cache does not show it; the pass is decided again after addressExistsRetry, from the apiserver.
+var errAddressExists = errors.New("the IPAddress exists already")
+
+const addressExistsRetry = 100 * time.Millisecond
 
 func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (provisionView, error) {
 	v := provisionView{
@@ -110,18 +119,19 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		return v, err
 	}
 	// What each served placeholder's IP already is.
+	kept := keptPlaceholders(v)
 	for _, s := range v.placeholders {
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
 		ip, ok := servedIP(s, fam)
 		if !ok {
 			continue
 		}
-		// The usual case, a placeholder of a family the claim still misses that MetalLB has
-		// just served, is decided from the cache alone: its address is about to be created, and
-		// the create is the lock on the IP (an address the cache does not show yet makes it fail,
-		// and the next pass reads; addressExists). Any other placeholder may be deleted or handed
-		// over on what the pass finds, so a miss in the cache is confirmed by the apiserver.
-		settling := v.claim != nil && s.Labels[LabelClaimUID] == string(v.claim.UID) && !v.have[fam]
+		// The usual case, the placeholder that provisions a family the claim still misses, just
+		// served by MetalLB, is decided from the cache alone: its address is about to be
+		// created, and the create is the lock on the IP (an address the cache does not show yet
+		// makes it fail, and the next pass reads: mayExist). Any other placeholder is retired or
+		// handed over on what the pass finds, so a miss in the cache is confirmed by the apiserver.
+		settling := kept[fam] == s
 		if err := d.lookUpAddress(ctx, &v, ip, !settling); err != nil {
 			return v, err
 		}
@@ -208,7 +218,7 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 
 // lookUpAddress finds the IPAddress of a served placeholder's IP. One the cache does not have
 // may have been created a moment ago (by this driver or an admin): confirm asks the apiserver
-// then, and so does a pass after a create of it was refused (addressExists), or while this
+// then, and so does a pass after a create of it was refused (mayExist), or while this
 // driver's own create of it awaits the cache (its hold expected).
 func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.Addr, confirm bool) error {
 	name := ipamv1.AddressName(ip)
@@ -219,6 +229,7 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		d.expect.Observed(existsKey(name))
 		return nil
 	case err != nil:
 		return err
@@ -294,9 +305,10 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			d.expect.Observed(holdKey(st.address.Name))
 		}
 		if apierrors.IsAlreadyExists(err) {
-			// Not in the cache yet: the next pass reads it from the apiserver.
+			// Not in the cache yet (an admin's, a previous leader's): the next pass reads it
+			// from the apiserver and decides again. A lagging cache, not an error.
 			d.expect.Expect(existsKey(st.address.Name), st.address.Name, d.now())
-			return refusedSince, fmt.Errorf("IPAddress %s exists already; looking again", st.address.Name)
+			return refusedSince, errAddressExists
 		}
 		if err != nil {
 			return refusedSince, err

@@ -102,7 +102,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
 	d.stale = newStaleMemory()
 	d.cleared = newClearMemory()
-	d.progress = &metallbProgress{namespace: d.Namespace}
+	d.progress = &metallbProgress{namespace: d.Namespace, now: func() time.Time { return d.now() }}
 	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
 	if err != nil {
 		return err

@@ -51,7 +51,7 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the progress mark to reach the served hold", func() (bool, error) {
-		return !testDriver.progress.passed().Before(lastTouch(&hold)), nil
+		return !testDriver.progress.passed().passed.Before(lastTouch(&hold)), nil
 	})
 
 	s := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})

@@ -70,7 +70,7 @@ type addressView struct {
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
 	// metallbPassed is how far MetalLB has got (metallbProgress).
-	metallbPassed time.Time
+	metallbPassed metallbMark
 
 	// stale is what the pass knows of MetalLB's possibly kept allocations of the IP
 	// (plan_release.go); releaseFor is how long a release Service lives, releaseAfter how long an
@@ -318,9 +318,11 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 // zero when none was seen), at most every nudgeAfter at first, backing off to a quarter of the
 // placeholder's age, at most a minute. Without such a report (an event MetalLB's recorder dropped
 // must not strand it), after a minute of silence once MetalLB has served a placeholder touched
-// later than this one (passed, metallbProgress: it went past this one), or after silenceCap
-// whatever MetalLB did.
-func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt, passed time.Time) (bool, time.Duration) {
+// later than this one (mark.passed, metallbProgress: it went past this one), or after silenceCap
+// once MetalLB has served nothing new for silenceCap either (stuck, or never seen serving):
+// while it keeps serving the placeholders touched before this one, it is working through a
+// backlog in order and will get to this one.
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time, mark metallbMark) (bool, time.Duration) {
 	last := lastTouch(s)
 	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
 	every = min(every, driverkit.MaxRecheck)
@@ -331,14 +333,15 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 	if !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second)) {
 		return true, every
 	}
-	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (passed.After(last) || silent >= silenceCap) {
+	stalled := mark.movedAt.IsZero() || now.Sub(mark.movedAt) >= silenceCap
+	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (mark.passed.After(last) || (silent >= silenceCap && stalled)) {
 		return true, every
 	}
 	return false, every
 }
 
-// silenceCap is the longest a placeholder waits without a report before it is nudged, however
-// far behind MetalLB seems to be (a mark that does not move: MetalLB serves nothing else).
+// silenceCap is how long a placeholder waits without a report, while MetalLB serves nothing
+// else either (a mark that does not move), before it is nudged.
 const silenceCap = 5 * time.Minute
 
 // lastTouch is when a placeholder was created or last nudged.

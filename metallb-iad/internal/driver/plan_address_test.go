@@ -572,22 +572,26 @@ func TestNudgeDue(t *testing.T) {
 		now      time.Time
 		failedAt time.Time
 		// passed is how far MetalLB has got (metallbProgress).
-		passed time.Time
+		passed metallbMark
 		due    bool
 		wait   time.Duration // 0: any positive wait up to a minute
 	}{
-		{"young: wait for nudgeAfter", svc(testDriverNS, "p", "p"), t0.Add(time.Second), t0, none, false, 2 * time.Second},
-		{"refused by MetalLB, nudgeAfter passed: nudge", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), t0, none, true, 0},
-		{"finding 12: not refused, merely waiting: no nudge, look again", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), none, t0.Add(time.Second), false, 0},
-		{"finding 12: a refusal older than the last nudge does not count", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0, none, false, 0},
-		{"refused again after the last nudge: nudge", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0.Add(11 * time.Second), none, true, 0},
-		{"silent for a minute, MetalLB went past it (an event dropped): nudge anyway", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, t0.Add(time.Second), true, 0},
-		{"issue 12: silent for a minute, MetalLB has not got to it yet (its backlog): no nudge", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, t0.Add(-time.Second), false, 0},
-		{"issue 12: silent for a minute, MetalLB served nothing yet: no nudge", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, none, false, 0},
-		{"issue 12: MetalLB served only placeholders touched with it: not past it", svc(testDriverNS, "p", "p"), t0.Add(2 * time.Minute), none, t0, false, 0},
-		{"silent for silenceCap, whatever MetalLB did: nudge", svc(testDriverNS, "p", "p"), t0.Add(silenceCap), none, none, true, 0},
-		{"nudged, then silent for a minute while MetalLB went past the nudge: nudge again", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Minute), none, t0.Add(time.Hour + time.Second), true, 0},
-		{"old: backoff capped at a minute", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Second), t0.Add(time.Hour), none, false, 0},
+		{"young: wait for nudgeAfter", svc(testDriverNS, "p", "p"), t0.Add(time.Second), t0, metallbMark{}, false, 2 * time.Second},
+		{"refused by MetalLB, nudgeAfter passed: nudge", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), t0, metallbMark{}, true, 0},
+		{"finding 12: not refused, merely waiting: no nudge, look again", svc(testDriverNS, "p", "p"), t0.Add(4 * time.Second), none, metallbMark{passed: t0.Add(time.Second)}, false, 0},
+		{"finding 12: a refusal older than the last nudge does not count", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0, metallbMark{}, false, 0},
+		{"refused again after the last nudge: nudge", nudged(t0.Add(10 * time.Second)), t0.Add(20 * time.Second), t0.Add(11 * time.Second), metallbMark{}, true, 0},
+		{"silent for a minute, MetalLB went past it (an event dropped): nudge anyway", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, metallbMark{passed: t0.Add(time.Second)}, true, 0},
+		{"issue 12: silent for a minute, MetalLB has not got to it yet (its backlog): no nudge", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, metallbMark{passed: t0.Add(-time.Second)}, false, 0},
+		{"issue 12: silent for a minute, MetalLB served nothing yet: no nudge", svc(testDriverNS, "p", "p"), t0.Add(time.Minute), none, metallbMark{}, false, 0},
+		{"issue 12: MetalLB served only placeholders touched with it: not past it", svc(testDriverNS, "p", "p"), t0.Add(2 * time.Minute), none, metallbMark{passed: t0}, false, 0},
+		{"silent for silenceCap, whatever MetalLB did: nudge", svc(testDriverNS, "p", "p"), t0.Add(silenceCap), none, metallbMark{}, true, 0},
+		{"nudged, then silent for a minute while MetalLB went past the nudge: nudge again", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Minute), none, metallbMark{passed: t0.Add(time.Hour + time.Second)}, true, 0},
+		{"old: backoff capped at a minute", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Second), t0.Add(time.Hour), metallbMark{}, false, 0},
+		{"issue 12: silent past silenceCap while MetalLB keeps serving the placeholders before it (its backlog): no nudge",
+			svc(testDriverNS, "p", "p"), t0.Add(6 * time.Minute), none, metallbMark{passed: t0.Add(-time.Second), movedAt: t0.Add(6*time.Minute - 10*time.Second)}, false, 0},
+		{"silent past silenceCap, and MetalLB has served nothing for silenceCap: nudge",
+			svc(testDriverNS, "p", "p"), t0.Add(6 * time.Minute), none, metallbMark{passed: t0.Add(-time.Second), movedAt: t0.Add(30 * time.Second)}, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			due, wait := nudgeDue(tc.s, tc.now, every, tc.failedAt, tc.passed)

@@ -39,7 +39,7 @@ type provisionView struct {
 	// up only for those mayNudge).
 	failedAt map[types.UID]time.Time
 	// metallbPassed is how far MetalLB has got (metallbProgress).
-	metallbPassed time.Time
+	metallbPassed metallbMark
 
 	namespace  string
 	now        time.Time
@@ -78,17 +78,11 @@ type settlement struct {
 func planProvision(v provisionView) provisionPlan {
 	var p provisionPlan
 	claim := v.claim
-	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) &&
-		v.class.Name == driverkit.ClaimClass(claim)
-	kept := map[ipamv1.IPFamily]*corev1.Service{}
+	needs := needsProvisioning(v)
+	kept := keptPlaceholders(v)
 	for _, s := range sortedByName(v.placeholders) {
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
-		// Kept only while it asks the class's pool: one made for another class (the claim's
-		// resolution changed under it) would settle an address outside the class's pool.
-		if needs && s.Labels[LabelClaimUID] == string(claim.UID) && !v.have[fam] &&
-			slices.Contains(claim.Spec.Family.Families(), fam) && kept[fam] == nil &&
-			s.Annotations[metallb.AnnotationAddressPool] == v.class.Spec.Parameters[ClassParameterPool] {
-			kept[fam] = s
+		if kept[fam] == s {
 			continue
 		}
 		// Not needed (any more): a served placeholder whose address exists becomes its hold
@@ -161,6 +155,33 @@ func planProvision(v provisionView) provisionPlan {
 		}
 	}
 	return p
+}
+
+// needsProvisioning: the claim asks this driver for an address of an accepted class, the one it
+// resolved to.
+func needsProvisioning(v provisionView) bool {
+	return v.claim != nil && driverkit.NeedsProvisioning(v.claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) &&
+		v.class.Name == driverkit.ClaimClass(v.claim)
+}
+
+// keptPlaceholders are the placeholders that go on provisioning the claim's missing families:
+// per family, the first by name made for this claim that asks the class's pool (one made for
+// another class, the claim's resolution having changed under it, would settle an address outside
+// the class's pool). Every other placeholder is retired (planProvision).
+func keptPlaceholders(v provisionView) map[ipamv1.IPFamily]*corev1.Service {
+	kept := map[ipamv1.IPFamily]*corev1.Service{}
+	if !needsProvisioning(v) {
+		return kept
+	}
+	for _, s := range sortedByName(v.placeholders) {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		if s.Labels[LabelClaimUID] == string(v.claim.UID) && !v.have[fam] &&
+			slices.Contains(v.claim.Spec.Family.Families(), fam) && kept[fam] == nil &&
+			s.Annotations[metallb.AnnotationAddressPool] == v.class.Spec.Parameters[ClassParameterPool] {
+			kept[fam] = s
+		}
+	}
+	return kept
 }
 
 // servedIP is the IP of the family MetalLB gave a placeholder.

@@ -14,9 +14,24 @@ import (
 // passed over without a report the driver saw (dropped by MetalLB's event recorder): a nudge
 // is due. One touched after the mark is merely waiting its turn behind MetalLB's backlog, and a
 // nudge would only add a write to that backlog (at 10,000 claims, one for every second claim).
+//
+// movedAt is when the mark last moved on, by the driver's clock: while MetalLB keeps serving
+// placeholders touched before a waiting one, it is working through a backlog in order and
+// will get to it, so even a long silence is no reason to nudge (at 10,000 claims, a nudge a
+// minute for every placeholder queued behind the backlog for more than silenceCap).
 type metallbProgress struct {
 	namespace string
 	mark      atomic.Int64 // unix nanoseconds; 0 when nothing was seen served yet
+	movedAt   atomic.Int64 // unix nanoseconds, by now
+	now       func() time.Time
+}
+
+// metallbMark is what the planners know of MetalLB's progress.
+type metallbMark struct {
+	// passed is the latest touch of a placeholder MetalLB served (zero: none seen).
+	passed time.Time
+	// movedAt is when passed last moved on (zero: never).
+	movedAt time.Time
 }
 
 // see moves the mark on for a placeholder of the driver's namespace that MetalLB serves (the
@@ -32,16 +47,28 @@ func (m *metallbProgress) see(obj any) {
 	t := lastTouch(s).UnixNano()
 	for {
 		cur := m.mark.Load()
-		if t <= cur || m.mark.CompareAndSwap(cur, t) {
+		if t <= cur {
+			return
+		}
+		if m.mark.CompareAndSwap(cur, t) {
+			now := time.Now
+			if m.now != nil {
+				now = m.now
+			}
+			m.movedAt.Store(now().UnixNano())
 			return
 		}
 	}
 }
 
-// passed is the mark (zero when nothing was seen served).
-func (m *metallbProgress) passed() time.Time {
+// passed is the mark (zero when nothing was seen served) and when it last moved.
+func (m *metallbProgress) passed() metallbMark {
+	var out metallbMark
 	if n := m.mark.Load(); n != 0 {
-		return time.Unix(0, n)
+		out.passed = time.Unix(0, n)
 	}
-	return time.Time{}
+	if n := m.movedAt.Load(); n != 0 {
+		out.movedAt = time.Unix(0, n)
+	}
+	return out
 }

@@ -10,7 +10,8 @@ import (
 // The mark moves on only for a placeholder of the driver's namespace that MetalLB serves, to its
 // last touch, and never back.
 func TestMetalLBProgress(t *testing.T) {
-	m := &metallbProgress{namespace: testDriverNS}
+	clock := t0.Add(time.Hour)
+	m := &metallbProgress{namespace: testDriverNS, now: func() time.Time { return clock }}
 	placeholder := func(role string, created time.Time, served bool) *corev1.Service {
 		s := svc(testDriverNS, "p", "p")
 		s.CreationTimestamp.Time = created
@@ -28,21 +29,24 @@ func TestMetalLBProgress(t *testing.T) {
 	for _, o := range []any{tenant, release, elsewhere, placeholder(RoleHold, t0.Add(time.Hour), false), "not a Service"} {
 		m.see(o)
 	}
-	if !m.passed().IsZero() {
-		t.Fatalf("mark %v from Services that are not served placeholders of the driver", m.passed())
+	if got := m.passed(); !got.passed.IsZero() || !got.movedAt.IsZero() {
+		t.Fatalf("mark %+v from Services that are not served placeholders of the driver", got)
 	}
 	m.see(placeholder(RoleProvisioning, t0.Add(time.Minute), true))
-	if got := m.passed(); !got.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("mark %v, want the provisioning placeholder's creation", got)
+	if got := m.passed(); !got.passed.Equal(t0.Add(time.Minute)) || !got.movedAt.Equal(clock) {
+		t.Fatalf("mark %+v, want the provisioning placeholder's creation, moved now", got)
 	}
+	clock = clock.Add(time.Minute)
 	nudged := placeholder(RoleHold, t0, true)
 	nudged.Annotations[AnnotationNudge] = t0.Add(2 * time.Minute).Format(time.RFC3339Nano)
 	m.see(nudged)
-	if got := m.passed(); !got.Equal(t0.Add(2 * time.Minute)) {
-		t.Fatalf("mark %v, want the hold's nudge", got)
+	if got := m.passed(); !got.passed.Equal(t0.Add(2*time.Minute)) || !got.movedAt.Equal(clock) {
+		t.Fatalf("mark %+v, want the hold's nudge, moved now", got)
 	}
+	moved := clock
+	clock = clock.Add(time.Minute)
 	m.see(placeholder(RoleHold, t0.Add(time.Second), true))
-	if got := m.passed(); !got.Equal(t0.Add(2 * time.Minute)) {
-		t.Fatalf("mark went back to %v", got)
+	if got := m.passed(); !got.passed.Equal(t0.Add(2*time.Minute)) || !got.movedAt.Equal(moved) {
+		t.Fatalf("mark went back to %+v (or counted as moving)", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,8 +64,21 @@ var driverWrites sync.Map
 // not).
 var eventReads atomic.Int64
 
-// addressMisses counts the driver's reads of IPAddresses the apiserver does not have (404).
-var addressMisses atomic.Int64
+// addressMisses counts the driver's reads of IPAddresses the apiserver does not have (404), by
+// address name.
+var addressMisses sync.Map
+
+// addressMissesWithPrefix sums addressMisses over the names that start with prefix.
+func addressMissesWithPrefix(prefix string) int64 {
+	var total int64
+	addressMisses.Range(func(k, v any) bool {
+		if strings.HasPrefix(k.(string), prefix) {
+			total += v.(*atomic.Int64).Load()
+		}
+		return true
+	})
+	return total
+}
 
 type countingTransport struct{ next http.RoundTripper }
 
@@ -89,7 +103,8 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	resp, err := c.next.RoundTrip(req)
 	if err == nil && req.Method == http.MethodGet && resp.StatusCode == http.StatusNotFound && writeResource(req.URL.Path) == "ipaddresses" {
-		addressMisses.Add(1)
+		n, _ := addressMisses.LoadOrStore(path.Base(req.URL.Path), new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
 	}
 	if err == nil && req.Method != http.MethodGet && resp.StatusCode >= 400 {
 		// A refused write (409 Conflict, 404 Not Found) is a wasted write: counted apart too.
