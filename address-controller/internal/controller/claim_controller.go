@@ -328,7 +328,7 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	}
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
-	if p.statusChanges {
+	if p.statusChanges && mayStayQuiet(claim, &p.status) {
 		lastBind, err := r.lastBind(ctx, p.status.ClassName, claim.Spec.Family.Families())
 		if err != nil {
 			return claimPass{}, err
@@ -357,18 +357,21 @@ func (r *ClaimReconciler) sawBound(claim *ipamv1.IPAddressClaim) {
 // lastBind is when a claim of class last became Bound with every one of families
 // (classProgress), seeding the class from the cache's Bound claims on its first use.
 func (r *ClaimReconciler) lastBind(ctx context.Context, class string, families []ipamv1.IPFamily) (time.Time, error) {
-	if r.progress.needsSeed(class) {
+	err := r.progress.seed(class, func() error {
 		var claims ipamv1.IPAddressClaimList
 		// Read only, once per class and process: no copy of every claim.
 		if err := r.Client.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
-			r.progress.unseed(class)
-			return time.Time{}, err
+			return err
 		}
 		for i := range claims.Items {
 			if c := &claims.Items[i]; c.Status.ClassName == class {
 				r.sawBound(c)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, err
 	}
 	return r.progress.lastBind(class, families), nil
 }

@@ -25,6 +25,9 @@ type classProgress struct {
 	mu     sync.Mutex
 	last   map[string]map[ipamv1.IPFamily]time.Time
 	seeded map[string]bool
+	// seeding is held while a class is seeded: the other workers deciding claims of the class
+	// wait for the seed instead of deciding from an empty memory.
+	seeding sync.Mutex
 }
 
 // saw records that a claim of class became Bound at at, with addresses of families.
@@ -64,25 +67,33 @@ func (p *classProgress) lastBind(class string, families []ipamv1.IPFamily) time.
 	return out
 }
 
-// needsSeed reports whether class has not been seeded from the cache yet, and marks it seeded.
-func (p *classProgress) needsSeed(class string) bool {
+// seed runs fill once per class (until the class is forgotten), the first time it is asked
+// for; callers that come meanwhile wait for it. A fill that fails is tried again by the next.
+func (p *classProgress) seed(class string, fill func() error) error {
+	if class == "" || p.isSeeded(class) {
+		return nil
+	}
+	p.seeding.Lock()
+	defer p.seeding.Unlock()
+	if p.isSeeded(class) {
+		return nil
+	}
+	if err := fill(); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if class == "" || p.seeded[class] {
-		return false
-	}
 	if p.seeded == nil {
 		p.seeded = map[string]bool{}
 	}
 	p.seeded[class] = true
-	return true
+	return nil
 }
 
-// unseed undoes needsSeed after a seed that failed.
-func (p *classProgress) unseed(class string) {
+func (p *classProgress) isSeeded(class string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.seeded, class)
+	return p.seeded[class]
 }
 
 // forget drops a class that is gone.

@@ -187,6 +187,18 @@ func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*i
 // say which driver and class it waits for, and the status says so once the wait lasts.
 const quietWait = 2 * time.Minute
 
+// mayStayQuiet: the core has never written the claim's status (no Bound condition, no
+// addresses) and want says it waits for nothing but its driver's address (WaitingForAddress,
+// nothing bound): the claims quietUntil may leave unwritten for a while.
+func mayStayQuiet(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus) bool {
+	if len(claim.Status.Conditions) > 0 || len(claim.Status.Addresses) > 0 || claim.Status.ClassName != "" ||
+		(claim.Status.Phase != "" && claim.Status.Phase != ipamv1.ClaimPending) {
+		return false
+	}
+	cond := meta.FindStatusCondition(want.Conditions, ipamv1.ConditionBound)
+	return want.Phase == ipamv1.ClaimPending && len(want.Addresses) == 0 && cond != nil && cond.Reason == ipamv1.ReasonWaitingForAddress
+}
+
 // quietCap bounds a quiet wait, in quiet waits after the claim's creation: a driver that keeps
 // binding other claims of the class extends a claim's quiet (classProgress), but never past
 // this (16 minutes by default), so that a claim the driver passes over, while it serves the
@@ -201,12 +213,7 @@ const quietCap = 8
 // after its creation. Any other wait (a class missing or refused, a named address unusable)
 // and any bind are written at once.
 func quietUntil(claim *ipamv1.IPAddressClaim, want *ipamv1.IPAddressClaimStatus, wait time.Duration, lastBind time.Time) (time.Time, bool) {
-	if len(claim.Status.Conditions) > 0 || len(claim.Status.Addresses) > 0 || claim.Status.ClassName != "" ||
-		(claim.Status.Phase != "" && claim.Status.Phase != ipamv1.ClaimPending) {
-		return time.Time{}, false
-	}
-	cond := meta.FindStatusCondition(want.Conditions, ipamv1.ConditionBound)
-	if want.Phase != ipamv1.ClaimPending || len(want.Addresses) > 0 || cond == nil || cond.Reason != ipamv1.ReasonWaitingForAddress {
+	if !mayStayQuiet(claim, want) {
 		return time.Time{}, false
 	}
 	until := claim.CreationTimestamp.Add(wait)

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -414,15 +416,34 @@ func TestClassProgress(t *testing.T) {
 	if got := p.lastBind("a", dual); !got.Equal(t0.Add(30 * time.Second)) {
 		t.Errorf("last Dual bind of a = %s, want t0+30s (the IPv6 side's)", got.Sub(t0))
 	}
-	if !p.needsSeed("a") || p.needsSeed("a") {
-		t.Errorf("a class is to be seeded exactly once")
+	// Seeded once; workers that ask meanwhile wait for the seed; a failed seed is tried again.
+	fills := 0
+	fill := func() error { fills++; return nil }
+	fail := func() error { fills++; return errors.New("cache gone") }
+	if err := p.seed("c", fail); err == nil {
+		t.Errorf("a failed seed reported no error")
 	}
-	p.unseed("a")
-	if !p.needsSeed("a") {
-		t.Errorf("a class whose seed failed is not seeded again")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = p.seed("c", func() error {
+				time.Sleep(10 * time.Millisecond)
+				p.saw("c", v4, t0)
+				return fill()
+			})
+			if p.lastBind("c", v4).IsZero() {
+				t.Errorf("a worker went on before the seed was made")
+			}
+		}()
 	}
-	p.forget("a")
-	if !p.lastBind("a", v4).IsZero() || !p.needsSeed("a") {
+	wg.Wait()
+	if fills != 2 {
+		t.Errorf("the class was filled %d times, want twice (the failed seed, then once)", fills)
+	}
+	p.forget("c")
+	if !p.lastBind("c", v4).IsZero() || p.isSeeded("c") {
 		t.Errorf("a forgotten class keeps its last bind or its seed")
 	}
 }

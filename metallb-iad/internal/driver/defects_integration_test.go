@@ -684,11 +684,7 @@ func TestAnAddressMissingFromTheCacheIsReadAfterItsCreateIsRefused(t *testing.T)
 	// MetalLB serves the claim's placeholder.
 	withWatchLagOn(t, "ipaddresses", 8*time.Second)
 	before := writesSnapshot()
-	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip))},
-		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "lagged"}}
-	if err := admin.Create(ctx, addr); err != nil {
-		t.Fatal(err)
-	}
+	addr := availableAddress(t, ip, "lagged")
 	startFakeMetalLB(t, "lagged", netip.MustParsePrefix(ip+"/32"))
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
 		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
@@ -732,11 +728,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 	newPoolClass(t, "keeps-b", ip+"/32")
 	ns := newNamespace(t, "keeps")
 	withWatchLagOn(t, "ipaddresses", 8*time.Second)
-	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip))},
-		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "keeps-b"}}
-	if err := admin.Create(ctx, addr); err != nil {
-		t.Fatal(err)
-	}
+	addr := availableAddress(t, ip, "keeps-b")
 	// MetalLB serves a Service of the other pool in the driver's namespace...
 	startFakeMetalLB(t, "keeps-b", netip.MustParsePrefix(ip+"/32"))
 	stray := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testDriverNS, Name: "stray-keeps",
@@ -771,4 +763,15 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 		}
 		return s.Labels[LabelRole] == RoleHold && s.Labels[LabelAddress] == addr.Name, nil
 	})
+}
+
+// availableAddress is an admin's IPAddress of the class, bound to no claim.
+func availableAddress(t *testing.T, ip, class string) *ipamv1.IPAddress {
+	t.Helper()
+	a := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip))},
+		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: class}}
+	if err := admin.Create(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -44,17 +44,19 @@ func (m *metallbProgress) see(obj any) {
 	if role := s.Labels[LabelRole]; role != RoleHold && role != RoleProvisioning {
 		return
 	}
-	t := lastTouch(s).UnixNano()
+	now := time.Now
+	if m.now != nil {
+		now = m.now
+	}
+	// Never later than this driver's clock: a nudge stamped by a clock that runs ahead (a
+	// previous leader's) would otherwise count every waiting placeholder as passed over.
+	t := min(lastTouch(s).UnixNano(), now().UnixNano())
 	for {
 		cur := m.mark.Load()
 		if t <= cur {
 			return
 		}
 		if m.mark.CompareAndSwap(cur, t) {
-			now := time.Now
-			if m.now != nil {
-				now = m.now
-			}
 			m.movedAt.Store(now().UnixNano())
 			return
 		}

@@ -49,4 +49,11 @@ func TestMetalLBProgress(t *testing.T) {
 	if got := m.passed(); !got.passed.Equal(t0.Add(2*time.Minute)) || !got.movedAt.Equal(moved) {
 		t.Fatalf("mark went back to %+v (or counted as moving)", got)
 	}
+	// A nudge stamped by a clock ahead of this driver's counts as made now.
+	ahead := placeholder(RoleHold, t0, true)
+	ahead.Annotations[AnnotationNudge] = clock.Add(time.Hour).Format(time.RFC3339Nano)
+	m.see(ahead)
+	if got := m.passed(); !got.passed.Equal(clock) {
+		t.Fatalf("mark %v from a nudge stamped an hour ahead, want now (%v)", got.passed, clock)
+	}
 }
