@@ -3,14 +3,13 @@ package bench
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/kubernetes"
 )
 
 // DefaultProfileSeconds is how long each step's CPU profile of kube-apiserver lasts by default.
@@ -42,7 +41,7 @@ func (r *runner) profileAPIServer(ctx context.Context, step string, tr *stepTrac
 		}
 		file := filepath.Join(r.cfg.ProfileDir, "apiserver-"+step+".pprof")
 		secs := cmp.Or(r.cfg.ProfileSeconds, DefaultProfileSeconds)
-		if err := fetchProfile(ctx, r.s.Config, file, secs); err != nil {
+		if err := fetchProfile(ctx, r.s.Client, file, secs); err != nil {
 			r.logf("%s: profiling kube-apiserver: %v", step, err)
 			return
 		}
@@ -51,27 +50,17 @@ func (r *runner) profileAPIServer(ctx context.Context, step string, tr *stepTrac
 	return func() { close(stop); <-done }
 }
 
-func fetchProfile(ctx context.Context, cfg *rest.Config, file string, secs int) error {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return err
-	}
+// fetchProfile asks kube-apiserver's profiling endpoint for a CPU profile of secs seconds,
+// through the admin client, and writes it to file.
+func fetchProfile(ctx context.Context, cs kubernetes.Interface, file string, secs int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs+60)*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, secs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(secs)).Stream(ctx)
 	if err != nil {
 		return err
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, b)
-	}
+	defer body.Close()
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return err
 	}
@@ -79,7 +68,7 @@ func fetchProfile(ctx context.Context, cfg *rest.Config, file string, secs int) 
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return err
 	}
