@@ -69,7 +69,8 @@ func TestLeftoverReleaseServiceIsSwept(t *testing.T) {
 func TestReleaseServiceIsNeverTakenForAProvisioningPlaceholder(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	newPoolClass(t, "relprov", "198.51.100.224/28")
+	// The class comes after the release Service: until it exists the driver provisions nothing,
+	// and cannot take the first name itself before the test gives it to the release.
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "relprov",
 		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "relprov", Family: ipamv1.IPv4}}
@@ -80,6 +81,7 @@ func TestReleaseServiceIsNeverTakenForAProvisioningPlaceholder(t *testing.T) {
 	if err := admin.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
+	newPoolClass(t, "relprov", "198.51.100.224/28")
 	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "relprov"}
 	if err := admin.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
