@@ -78,6 +78,10 @@ type Config struct {
 	Rate        float64
 	// PhaseTimeout bounds each step; zero picks 2 minutes plus half a second per object.
 	PhaseTimeout time.Duration
+	// SettleTimeout bounds the wait for a quiet cluster before and after each step; zero means
+	// PhaseTimeout. A step that timed out leaves MetalLB busy for about as long again: a shorter
+	// limit then gets the report sooner, with the writes counted so far.
+	SettleTimeout time.Duration
 	// Progress is the interval of progress lines.
 	Progress time.Duration
 	// Dir keeps the control plane's state (logs, audit log) there; a temporary directory,
@@ -139,6 +143,9 @@ func (c *Config) validate() error {
 	}
 	if c.PhaseTimeout == 0 {
 		c.PhaseTimeout = 2*time.Minute + time.Duration(c.N)*500*time.Millisecond
+	}
+	if c.SettleTimeout <= 0 {
+		c.SettleTimeout = c.PhaseTimeout
 	}
 	if c.Progress <= 0 {
 		c.Progress = 5 * time.Second
@@ -520,7 +527,7 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	// Start from a quiet cluster: a Service deletion (a baseline's clean-up) makes MetalLB
 	// rewrite the status of every Service it tracks, pass after pass while deletions race with
 	// it, and such a pass must not run into the next step's timing.
-	quietFor, quiet := r.settle(ctx, r.cfg.PhaseTimeout)
+	quietFor, quiet := r.settle(ctx, r.cfg.SettleTimeout)
 	step.QuietAtStart = quiet
 	if !quiet {
 		r.logf("%s: the controllers and MetalLB were still busy after %s; starting anyway", name, quietFor.Round(time.Second))
@@ -570,7 +577,7 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 		step.PerSecond = float64(step.Done) / step.Seconds
 	}
 	r.logf("%s: %d/%d done in %.1fs (%.1f/s); waiting for the controllers and MetalLB to go quiet", name, step.Done, n, step.Seconds, step.PerSecond)
-	settleDur, settled := r.settle(context.WithoutCancel(ctx), r.cfg.PhaseTimeout)
+	settleDur, settled := r.settle(context.WithoutCancel(ctx), r.cfg.SettleTimeout)
 	step.SettleSeconds, step.Settled = settleDur.Seconds(), settled
 	after := r.snapshot(context.WithoutCancel(ctx))
 	if err := r.account(step, before, after); err != nil {

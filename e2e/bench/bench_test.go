@@ -403,6 +403,18 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// The quiet waits around a step take the step's limit unless told otherwise.
+func TestConfigSettleTimeout(t *testing.T) {
+	c := Config{N: 10}
+	if err := c.validate(); err != nil || c.SettleTimeout != c.PhaseTimeout || c.PhaseTimeout != 2*time.Minute+5*time.Second {
+		t.Fatalf("defaults: settle %s, phase %s, %v", c.SettleTimeout, c.PhaseTimeout, err)
+	}
+	c = Config{N: 10, PhaseTimeout: time.Hour, SettleTimeout: time.Minute}
+	if err := c.validate(); err != nil || c.SettleTimeout != time.Minute {
+		t.Fatalf("settle %s, %v; want the one asked for", c.SettleTimeout, err)
+	}
+}
+
 func TestWriteTextAndPlot(t *testing.T) {
 	rep := &Report{Config: ReportConfig{N: 2}, Versions: versions()}
 	rep.Steps = []*Step{{Name: "plain", Kind: PhasePlain, N: 2, Done: 2, Seconds: 1.5, Settled: true,

@@ -24,6 +24,14 @@ const (
 	AnnotationServiceClaim = "local.sdn.cozystack.io/ip-address-claim"
 	// AnnotationServiceClass on a Service picks the class auto-claim uses for it.
 	AnnotationServiceClass = "local.sdn.cozystack.io/ip-address-class"
+	// LabelDriverService marks a Service that a driver made for its own bookkeeping (MetalLB's
+	// placeholders, for example); the value names the driver (its provisioner name where that is
+	// a valid label value), and only the key matters to the core. The core never
+	// auto-claims such a Service and does not even cache it, so that a cluster with many
+	// reserved addresses does not cost the core memory for each driver Service. Set on a tenant
+	// Service it opts out of auto-claim, like AnnotationAutoClaim "false".
+	LabelDriverService = "local.sdn.cozystack.io/driver"
+
 	// AnnotationAutoClaim is "true" on claims auto-claim created, and "false" on a Service
 	// opts it out.
 	AnnotationAutoClaim = "local.sdn.cozystack.io/auto-claim"

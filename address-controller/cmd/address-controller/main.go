@@ -47,6 +47,7 @@ func main() {
 	mgr, err := opts.New(manager.Spec{
 		Name: "address-controller", Version: version, Scheme: scheme,
 		LeaderElectionID: "address-controller.local.sdn.cozystack.io",
+		ByObject:         controller.CacheByObject(),
 	})
 	if err != nil {
 		log.Error(err, "setting up")

@@ -95,6 +95,48 @@ func TestAutoClaimSkippedServicesCauseNoWrites(t *testing.T) {
 	}
 }
 
+// Services a driver marks as its own (LabelDriverService; MetalLB's placeholders, one per
+// reserved address) never reach the core: it does not cache them, so it never reconciles them
+// and never auto-claims them, even with nothing else marking them as skipped. A Service created
+// after them without the mark gets its claim (so the core did look).
+func TestAutoClaimNeverSeesADriversServices(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cls := newClass(t, "auto-driver-svcs", noDriver, func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	})
+	t.Cleanup(func() { del(t, cls) })
+	eventually(t, "the class's auto-claim stamp", func() (bool, error) {
+		var c ipamv1.IPAddressClass
+		err := admin.Get(ctx, client.ObjectKeyFromObject(cls), &c)
+		return err == nil && c.Annotations[ipamv1.AnnotationAutoClaimEnabledAt] != "", err
+	})
+	reconciledBefore := reconciles(t, "autoclaim")
+	const n = 200
+	if err := parallel(n, func(i int) error {
+		s := lbService(ns, fmt.Sprintf("driver-%d", i), nil)
+		s.Labels = map[string]string{ipamv1.LabelDriverService: "driver.example.org"}
+		return admin.Create(ctx, s)
+	}); err != nil {
+		t.Fatalf("creating the driver's Services: %v", err)
+	}
+	create(t, lbService(ns, "tenant", nil))
+	eventually(t, "the tenant Service's claim", func() (bool, error) {
+		var c ipamv1.IPAddressClaim
+		err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant"}, &c)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	// Had the core cached them, each of the n Services would have been reconciled once, nearly
+	// all before the tenant Service (one watch, in order; a few may still be in the workers).
+	if got := reconciles(t, "autoclaim") - reconciledBefore; got >= n/2 {
+		t.Fatalf("the core reconciled %d Services for %d driver Services and one tenant Service: it watches the driver's", got, n)
+	}
+	var list ipamv1.IPAddressClaimList
+	if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
+		t.Fatalf("%d claims in the namespace (%v), want only the tenant Service's", len(list.Items), err)
+	}
+}
+
 func lbService(ns, name string, annotations map[string]string) *corev1.Service {
 	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}

@@ -6,11 +6,31 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 )
+
+// CacheByObject is what the core's cache keeps of each kind it treats specially: Services trimmed
+// to what auto-claim reads, and none that a driver marks as its own (LabelDriverService): the
+// core never acts on those, and a driver may keep one per reserved address.
+func CacheByObject() map[client.Object]cache.ByObject {
+	notDriver, err := labels.NewRequirement(ipamv1.LabelDriverService, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err) // a constant key: only a typo gets here
+	}
+	return map[client.Object]cache.ByObject{
+		&corev1.Service{}: {Label: labels.NewSelector().Add(*notDriver), Transform: servicecache.Strip},
+	}
+}
 
 // Options tunes the controllers.
 type Options struct {

@@ -32,7 +32,6 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
 
@@ -315,7 +314,7 @@ func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) er
 		// Tests restart the core in one process: the same controller names come back.
 		Controller: config.Controller{SkipNameValidation: &skip},
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{&corev1.Service{}: {Transform: servicecache.Strip}}},
+			ByObject: CacheByObject()},
 	})
 	if err != nil {
 		return nil, err

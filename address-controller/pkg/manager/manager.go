@@ -35,6 +35,8 @@ type Options struct {
 	MetricsSecure bool
 	// ProbeAddr is where /healthz and /readyz listen.
 	ProbeAddr string
+	// PprofAddr is where Go's /debug/pprof endpoints listen ("" or "0": off, the default).
+	PprofAddr string
 	// LeaderElect makes only one replica act at a time.
 	LeaderElect bool
 	// LeaderElectionNamespace is where the Lease lives (default: the pod's namespace).
@@ -62,6 +64,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
 		"serve metrics over HTTPS to callers the apiserver authenticates and authorizes (needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0",
+		"address of Go's /debug/pprof endpoints, for heap and CPU profiles (0 disables them; they are unauthenticated: bind to loopback)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so that only one replica acts at a time")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second,
@@ -109,7 +113,7 @@ type Spec struct {
 	LeaderElectionID string
 	Scheme           *runtime.Scheme
 	// ByObject adds per-type cache settings (Services are always trimmed to what the
-	// controllers read).
+	// controllers read, unless the Service entry brings a Transform of its own).
 	ByObject map[client.Object]cache.ByObject
 }
 
@@ -132,19 +136,28 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	byObject := map[client.Object]cache.ByObject{
-		// Both controllers watch every Service: keep only what they read.
-		&corev1.Service{}: {Transform: servicecache.Strip},
-	}
+	// Both controllers watch Services: keep only what they read, whatever else Spec asks of the
+	// Service cache (a label selector, for instance).
+	services := cache.ByObject{}
+	byObject := map[client.Object]cache.ByObject{}
 	for obj, opts := range s.ByObject {
+		if _, ok := obj.(*corev1.Service); ok {
+			services = opts
+			continue
+		}
 		byObject[obj] = opts
 	}
+	if services.Transform == nil {
+		services.Transform = servicecache.Strip
+	}
+	byObject[&corev1.Service{}] = services
 	syncPeriod := o.SyncPeriod
 	lease, renew, retry := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	return ctrl.Options{
 		Scheme:                        s.Scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              s.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

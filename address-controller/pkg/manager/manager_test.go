@@ -7,9 +7,38 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	clientmetrics "k8s.io/client-go/tools/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
+
+// A binary's own settings for the Service cache (the core's label selector) keep the trimming,
+// and the cache gets one entry for Services, not two.
+func TestServiceCacheSettingsKeepTheTrim(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"a": "b"})
+	m := parse(t).ManagerOptions(Spec{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Service{}: {Label: sel},
+		&corev1.Event{}:   {},
+	}})
+	if len(m.Cache.ByObject) != 2 {
+		t.Fatalf("%d cache entries, want Services and Events", len(m.Cache.ByObject))
+	}
+	for obj, by := range m.Cache.ByObject {
+		if _, ok := obj.(*corev1.Service); !ok {
+			continue
+		}
+		if by.Label == nil || by.Label.String() != sel.String() || by.Transform == nil {
+			t.Fatalf("Service cache %+v: want the binary's selector and the trim", by)
+		}
+		out, err := by.Transform(&corev1.Service{Spec: corev1.ServiceSpec{Selector: map[string]string{"x": "y"}}})
+		if err != nil || out.(*corev1.Service).Spec.Selector != nil {
+			t.Fatalf("the Service cache does not trim: %+v, %v", out, err)
+		}
+	}
+}
 
 func parse(t *testing.T, args ...string) *Options {
 	t.Helper()
@@ -32,6 +61,12 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := o.ManagerOptions(Spec{LeaderElectionID: "x"})
+	if m.PprofBindAddress != "0" {
+		t.Fatalf("pprof is on by default (%q)", m.PprofBindAddress)
+	}
+	if got := parse(t, "--pprof-bind-address=127.0.0.1:6060").ManagerOptions(Spec{}).PprofBindAddress; got != "127.0.0.1:6060" {
+		t.Fatalf("--pprof-bind-address gave %q", got)
+	}
 	if m.Metrics.SecureServing || m.Metrics.FilterProvider != nil {
 		t.Fatal("metrics are secured without --metrics-secure")
 	}

@@ -29,6 +29,7 @@ func main() {
 		concurrency = flag.Int("concurrency", 16, "concurrent creates, the same in every step")
 		rate        = flag.Float64("rate", 100, "creates per second at most, the same in every step (0: unlimited)")
 		timeout     = flag.Duration("phase-timeout", 0, "give up on a step after this long (default 2m + 0.5s per object)")
+		settle      = flag.Duration("settle-timeout", 0, "wait at most this long for the cluster to go quiet before and after each step (default: -phase-timeout); the report then counts the writes made so far")
 		progress    = flag.Duration("progress", 5*time.Second, "interval of progress lines")
 		ctlArgs     = flag.String("controller-args", strings.Join(bench.DefaultControllerArgs, " "), "extra flags for both controllers, separated by spaces")
 		fresh       = flag.Bool("fresh", false, "run plain, and claims with attach, each on a control plane of its own, with no baselines (nothing is deleted: the way through at 10,000)")
@@ -41,7 +42,7 @@ func main() {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout,
+	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout, SettleTimeout: *settle,
 		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh, ProfileDir: *profileDir, ProfileSeconds: *profileSecs}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -186,7 +186,7 @@ func HoldService(namespace, address string, ip netip.Addr, pool string) *corev1.
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      HoldName(address),
 			Namespace: namespace,
-			Labels:    map[string]string{LabelRole: RoleHold, LabelAddress: address},
+			Labels:    map[string]string{ipamv1.LabelDriverService: Provisioner, LabelRole: RoleHold, LabelAddress: address},
 			Annotations: map[string]string{
 				metallb.AnnotationAddressPool:     pool,
 				metallb.AnnotationLoadBalancerIPs: ip.String(),

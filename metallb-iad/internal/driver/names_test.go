@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,20 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 	}
 	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil || len(s.Annotations) != 1 {
 		t.Fatalf("kept fields the driver never reads: %+v", s)
+	}
+}
+
+// Every Service the driver makes carries the mark the core filters its cache on: the core keeps
+// no copy of the driver's placeholders (one per reserved address) or release Services.
+func TestTheDriversServicesCarryTheDriverMark(t *testing.T) {
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "c", UID: "u"}}
+	for _, s := range []*corev1.Service{
+		ProvisioningService("d", "p", claim, ipamv1.IPv4, "pool"),
+		HoldService("d", "a", netip.MustParseAddr("203.0.113.7"), "pool"),
+		ReleaseService("d", "r", "a"),
+	} {
+		if s.Labels[ipamv1.LabelDriverService] != Provisioner {
+			t.Errorf("%s (role %s) has labels %v, want %s: %s", s.Name, s.Labels[LabelRole], s.Labels, ipamv1.LabelDriverService, Provisioner)
+		}
 	}
 }

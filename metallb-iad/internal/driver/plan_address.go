@@ -316,7 +316,8 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 // is deleted; a placeholder it has not refused is merely waiting its turn, and a touch would be
 // a wasted write. So a nudge needs MetalLB's AllocationFailed since the last touch (failedAt,
 // zero when none was seen), at most every nudgeAfter at first, backing off to a quarter of the
-// placeholder's age, at most a minute. Without such a report (an event MetalLB's recorder dropped
+// placeholder's age, at most a minute; while none has come, it looks again when the
+// placeholder's age has doubled (at most a minute). Without such a report (an event MetalLB's recorder dropped
 // must not strand it), after a minute of silence once MetalLB has served a placeholder touched
 // later than this one (mark.passed, metallbProgress: it went past this one), or after silenceCap
 // once MetalLB has served nothing new for silenceCap either (stuck, or never seen serving):
@@ -333,11 +334,17 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 	if !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second)) {
 		return true, every
 	}
+	// Not refused: waiting its turn, or its report was lost, which only a minute of silence can
+	// tell. Until then, look again when the placeholder's age has doubled (a refusal is found
+	// then): a placeholder waits in MetalLB's backlog as long as the backlog takes, and at
+	// 10,000 claims looking every quarter of its age cost the claim controller about twenty
+	// passes per claim.
+	look := min(max(nudgeAfter, now.Sub(s.CreationTimestamp.Time)), driverkit.MaxRecheck)
 	stalled := mark.movedAt.IsZero() || now.Sub(mark.movedAt) >= silenceCap
 	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (mark.passed.After(last) || (silent >= silenceCap && stalled)) {
 		return true, every
 	}
-	return false, every
+	return false, look
 }
 
 // silenceCap is how long a placeholder waits without a report, while MetalLB serves nothing

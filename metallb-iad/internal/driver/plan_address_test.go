@@ -591,6 +591,7 @@ func TestNudgeDue(t *testing.T) {
 		{"silent for silenceCap, MetalLB stalled exactly silenceCap ago: nudge",
 			svc(testDriverNS, "p", "p"), t0.Add(silenceCap + time.Minute), none, metallbMark{passed: t0.Add(-time.Second), movedAt: t0.Add(time.Minute)}, true, 0},
 		{"nudged, then silent for a minute while MetalLB went past the nudge: nudge again", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Minute), none, metallbMark{passed: t0.Add(time.Hour + time.Second)}, true, 0},
+		{"waiting its turn at 40 s: look again when its age has doubled", svc(testDriverNS, "p", "p"), t0.Add(40 * time.Second), none, metallbMark{}, false, 40 * time.Second},
 		{"old: backoff capped at a minute", nudged(t0.Add(time.Hour)), t0.Add(time.Hour + time.Second), t0.Add(time.Hour), metallbMark{}, false, 0},
 		{"issue 12: silent past silenceCap while MetalLB keeps serving the placeholders before it (its backlog): no nudge",
 			svc(testDriverNS, "p", "p"), t0.Add(6 * time.Minute), none, metallbMark{passed: t0.Add(-time.Second), movedAt: t0.Add(6*time.Minute - 10*time.Second)}, false, 0},

@@ -207,7 +207,8 @@ func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, f
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: namespace,
-			Labels:    map[string]string{LabelRole: RoleProvisioning, LabelClaimUID: string(claim.UID), LabelFamily: string(fam)},
+			Labels: map[string]string{ipamv1.LabelDriverService: Provisioner,
+				LabelRole: RoleProvisioning, LabelClaimUID: string(claim.UID), LabelFamily: string(fam)},
 			Annotations: map[string]string{
 				metallb.AnnotationAddressPool: pool,
 				AnnotationClaim:               claim.Namespace + "/" + claim.Name,

@@ -318,7 +318,7 @@ func ReleaseService(namespace, name, address string) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: namespace,
-			Labels:    map[string]string{LabelRole: RoleRelease, LabelAddress: address},
+			Labels:    map[string]string{ipamv1.LabelDriverService: Provisioner, LabelRole: RoleRelease, LabelAddress: address},
 		},
 		Spec: corev1.ServiceSpec{
 			Type:      corev1.ServiceTypeClusterIP,

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -26,7 +28,12 @@ import (
 func (d *Driver) setupServices(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("metallb-iad-service").
-		For(&corev1.Service{}).
+		// The driver's own Services (placeholders, release Services) are never attached, pinned
+		// or parked here: their events (four or five per reserved address) would each cost a
+		// pass that plans nothing. The claim and address controllers watch them.
+		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return !d.ownService(o)
+		}))).
 		// A claim that becomes Bound (or goes) changes what the Services linked to it get.
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return d.servicesLinkedTo(ctx, o.GetNamespace(), o.GetName())
@@ -63,6 +70,12 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 		})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileService))
+}
+
+// ownService reports whether a Service is one the driver made for itself: a placeholder or a
+// release Service in its namespace.
+func (d *Driver) ownService(o client.Object) bool {
+	return o.GetNamespace() == d.Namespace && o.GetLabels()[LabelRole] != ""
 }
 
 // servicesLinkedTo returns requests for the Services that link to a claim (through the index).
@@ -167,7 +180,7 @@ func (d *Driver) wroteService(s *corev1.Service) {
 }
 
 func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attachView, error) {
-	v := attachView{svc: svc, now: d.now(), placeholder: svc.Namespace == d.Namespace && svc.Labels[LabelRole] != ""}
+	v := attachView{svc: svc, now: d.now(), placeholder: d.ownService(svc)}
 	if v.placeholder {
 		return v, nil
 	}

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -494,4 +495,27 @@ func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
 		err := admin.Get(ctx, key, &p)
 		return err != nil && client.IgnoreNotFound(err) == nil, nil
 	})
+}
+
+// reconcilesOf is controller-runtime's count of reconciles of the named controller so far.
+func reconcilesOf(t *testing.T, controller string) int {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return total
 }
