@@ -77,7 +77,8 @@ func toClass(t *testing.T, obj map[string]any) *ipamv1.IPAddressClass {
 func TestParkingAgreesWithTheCore(t *testing.T) {
 	if policycel.ParkingPool != autoclaim.ParkingPool || policycel.ParkingAnnotation != autoclaim.ParkingAnnotation ||
 		policycel.AnnotationServiceClaim != ipamv1.AnnotationServiceClaim || policycel.AnnotationServiceClass != ipamv1.AnnotationServiceClass ||
-		policycel.AnnotationAutoClaim != ipamv1.AnnotationAutoClaim || policycel.AnnotationAutoClaimClass != ipamv1.AnnotationAutoClaimClass {
+		policycel.AnnotationAutoClaim != ipamv1.AnnotationAutoClaim || policycel.AnnotationAutoClaimClass != ipamv1.AnnotationAutoClaimClass ||
+		policycel.LabelDriverService != ipamv1.LabelDriverService {
 		t.Fatal("policycel's constants differ from the core's")
 	}
 	p, err := policycel.LoadParking(filepath.Join("..", ".."), "cozy-metallb-iad", nil)

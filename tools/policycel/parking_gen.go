@@ -18,6 +18,8 @@ var (
 	parkClassNames   = []string{"gold", "silver", "bronze"}
 	parkProvisioners = []string{Provisioner, Provisioner, "other.drivers.example.com"}
 	parkMarks        = []*string{nil, ptr("true"), ptr("false"), ptr("True")}
+	// The driver label, on a few Services (its value does not matter, an empty one included).
+	parkDriverLabel = []*string{nil, nil, nil, nil, nil, ptr(Provisioner), ptr("")}
 )
 
 // GenParkRequest builds a Service write and the classes that exist from b (missing bytes read
@@ -52,6 +54,9 @@ func GenParkRequest(b []byte) ParkRequest {
 		}
 		if pick(8) == 0 {
 			s["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		}
+		if v := parkDriverLabel[pick(len(parkDriverLabel))]; v != nil {
+			s["metadata"].(map[string]any)["labels"] = map[string]any{LabelDriverService: *v}
 		}
 		if ing := parkIngress[pick(len(parkIngress))]; ing != nil {
 			s["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": ing}}

@@ -9,6 +9,8 @@ const (
 	AnnotationServiceClass   = "local.sdn.cozystack.io/ip-address-class"
 	AnnotationAutoClaim      = "local.sdn.cozystack.io/auto-claim"
 	AnnotationAutoClaimClass = "ipaddressclass.local.sdn.cozystack.io/is-auto-claim-class"
+	// LabelDriverService marks a driver's own Service: the core neither caches nor auto-claims it.
+	LabelDriverService = "local.sdn.cozystack.io/driver"
 )
 
 // MetalLBAnnotations are MetalLB's pool, pin and sharing annotations under both prefixes.
@@ -39,6 +41,11 @@ func ParkingRule(req ParkRequest) string {
 	}
 	if v, ok := ann[AnnotationAutoClaim]; ok && strings.EqualFold(str(v), "false") {
 		return "" // opted out, compared as the core does
+	}
+	if lbl, _ := md["labels"].(map[string]any); lbl != nil {
+		if _, ok := lbl[LabelDriverService]; ok {
+			return "" // a driver's own Service: the core never sees it
+		}
 	}
 	if req.OldObject != nil && (hasIngress(obj) || hasIngress(req.OldObject)) {
 		return "" // an existing Service with an address keeps it

@@ -22,6 +22,21 @@ import (
 // version is set at build time (-ldflags -X main.version=...).
 var version = "dev"
 
+// spec is what the core's manager is made of: its scheme, its Lease and its cache settings.
+func spec() manager.Spec {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	return manager.Spec{
+		Name: "address-controller", Version: version, Scheme: scheme,
+		LeaderElectionID: "address-controller.local.sdn.cozystack.io",
+		ByObject:         controller.CacheByObject(),
+	}
+}
+
 func main() {
 	var opts manager.Options
 	opts.BindFlags(flag.CommandLine)
@@ -38,17 +53,7 @@ func main() {
 		log.Error(err, "invalid flags")
 		os.Exit(2)
 	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			panic(err)
-		}
-	}
-	mgr, err := opts.New(manager.Spec{
-		Name: "address-controller", Version: version, Scheme: scheme,
-		LeaderElectionID: "address-controller.local.sdn.cozystack.io",
-		ByObject:         controller.CacheByObject(),
-	})
+	mgr, err := opts.New(spec())
 	if err != nil {
 		log.Error(err, "setting up")
 		os.Exit(1)

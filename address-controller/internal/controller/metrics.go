@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/cachewalk"
 )
 
 // Metrics are the core's own Prometheus metrics, beside controller-runtime's.
@@ -68,33 +69,37 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var addrs ipamv1.IPAddressList
-	// A walk over the cache without copying each object: the items are only read.
-	if err := m.reader.List(ctx, &addrs, client.UnsafeDisableDeepCopy); err != nil {
+	// Walks over the cache that copy nothing: the objects are only read.
+	byClassPhase := map[[2]string]int{}
+	if err := cachewalk.Each(ctx, m.reader, &ipamv1.IPAddress{}, &ipamv1.IPAddressList{}, func(o client.Object) {
+		a, ok := o.(*ipamv1.IPAddress)
+		if !ok {
+			return
+		}
+		byClassPhase[[2]string{a.Spec.ClassName, string(a.Status.Phase)}]++
+	}); err != nil {
 		log.Log.Error(err, "collecting address metrics")
 		return
-	}
-	byClassPhase := map[[2]string]int{}
-	for _, a := range addrs.Items {
-		byClassPhase[[2]string{a.Spec.ClassName, string(a.Status.Phase)}]++
 	}
 	for k, n := range byClassPhase {
 		ch <- prometheus.MustNewConstMetric(m.addresses, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
-	var claims ipamv1.IPAddressClaimList
-	if err := m.reader.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
-		log.Log.Error(err, "collecting claim metrics")
-		return
-	}
 	byPhase := map[string]int{}
 	var oldest time.Time
-	for _, c := range claims.Items {
+	if err := cachewalk.Each(ctx, m.reader, &ipamv1.IPAddressClaim{}, &ipamv1.IPAddressClaimList{}, func(o client.Object) {
+		c, ok := o.(*ipamv1.IPAddressClaim)
+		if !ok {
+			return
+		}
 		byPhase[string(c.Status.Phase)]++
 		if waiting := c.Status.Phase == ipamv1.ClaimPending || c.Status.Phase == ""; waiting && c.DeletionTimestamp == nil {
 			if created := c.CreationTimestamp.Time; oldest.IsZero() || created.Before(oldest) {
 				oldest = created
 			}
 		}
+	}); err != nil {
+		log.Log.Error(err, "collecting claim metrics")
+		return
 	}
 	for p, n := range byPhase {
 		ch <- prometheus.MustNewConstMetric(m.claims, prometheus.GaugeValue, float64(n), p)

@@ -36,7 +36,7 @@ func Parked(svc *corev1.Service) bool {
 
 // SkipAsked says why auto-claim never creates a claim for a Service, from what its author asked
 // for alone ("" when auto-claim may serve it, given a class): not a LoadBalancer, being
-// deleted, naming a claim, opted out, a load-balancer class, spec.loadBalancerIP, or a MetalLB
+// deleted, naming a claim, opted out (the annotation, or the label of a driver's own Service), a load-balancer class, spec.loadBalancerIP, or a MetalLB
 // pool, pin or sharing annotation (the parking pool excepted). The core adds one rule that depends on time (an address the
 // Service had before auto-claim was enabled for it); see the core's README.
 func SkipAsked(svc *corev1.Service) string {
@@ -49,6 +49,9 @@ func SkipAsked(svc *corev1.Service) string {
 		return "names a claim"
 	case strings.EqualFold(svc.Annotations[ipamv1.AnnotationAutoClaim], "false"):
 		return "opted out"
+	case hasLabel(svc, ipamv1.LabelDriverService):
+		// A driver's own Service, which the core does not even cache.
+		return "carries the label " + ipamv1.LabelDriverService
 	case svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != "":
 		return "has a loadBalancerClass"
 	case svc.Spec.LoadBalancerIP != "":
@@ -63,6 +66,11 @@ func SkipAsked(svc *corev1.Service) string {
 		}
 	}
 	return ""
+}
+
+func hasLabel(svc *corev1.Service, key string) bool {
+	_, ok := svc.Labels[key]
+	return ok
 }
 
 // HadAddressBefore reports whether a Service's address predates auto-claim being enabled for

@@ -33,6 +33,7 @@ func TestSkipAsked(t *testing.T) {
 		{"being deleted", lb(func(s *corev1.Service) { s.DeletionTimestamp = &now }), true},
 		{"names a claim", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationServiceClaim] = "c" }), true},
 		{"opted out", lb(func(s *corev1.Service) { s.Annotations[ipamv1.AnnotationAutoClaim] = "False" }), true},
+		{"a driver's own Service (its label, whatever the value)", lb(func(s *corev1.Service) { s.Labels = map[string]string{ipamv1.LabelDriverService: ""} }), true},
 		{"loadBalancerClass", lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = &lbClass }), true},
 		{"loadBalancerIP", lb(func(s *corev1.Service) { s.Spec.LoadBalancerIP = "203.0.113.1" }), true},
 		{"MetalLB pool", lb(func(s *corev1.Service) { s.Annotations["metallb.io/address-pool"] = "p" }), true},

@@ -1,5 +1,5 @@
-// Package servicecache reduces cached Services to what the project's controllers read: both the
-// core (auto-claim) and the MetalLB driver watch every Service of a cluster.
+// Package servicecache reduces cached Services to what the project's controllers read: the MetalLB
+// driver watches every Service of a cluster, the core (auto-claim) every one but a driver's own.
 package servicecache
 
 import (

@@ -567,7 +567,10 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		} else if err != nil {
 			return err
 		}
-		d.wroteService(s)
+		if !d.ownService(s) {
+			// Only the Service controller reads this record, and it never sees the driver's own.
+			d.wroteService(s)
+		}
 		d.cleared.note(s.UID, a.Name, d.now())
 		d.emit([]event{c.said})
 	}
@@ -591,6 +594,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations[metallb.AnnotationLoadBalancerIPs] = a.Spec.Address
+		markOwn(s)
 		if err := d.client.Patch(ctx, s, patch); client.IgnoreNotFound(err) != nil {
 			return err
 		}
@@ -684,10 +688,16 @@ func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service) error {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
+	own := d.ownService(s)
+	if own {
+		markOwn(s)
+	}
 	if err := d.client.Patch(ctx, s, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	d.wroteService(s) // (an attached tenant Service is nudged too: plan_release.go)
+	if !own {
+		d.wroteService(s) // an attached tenant Service is nudged too (plan_release.go)
+	}
 	return nil
 }
 

@@ -340,8 +340,7 @@ func (d *Driver) makeHold(ctx context.Context, h handover) error {
 	patch := client.MergeFrom(s.DeepCopy())
 	s.Labels[LabelRole] = RoleHold
 	s.Labels[LabelAddress] = h.address
-	// A placeholder made before the driver marked its Services gets the mark in this patch.
-	s.Labels[ipamv1.LabelDriverService] = Provisioner
+	markOwn(s)
 	delete(s.Labels, LabelClaimUID)
 	delete(s.Labels, LabelFamily)
 	if s.Annotations == nil {

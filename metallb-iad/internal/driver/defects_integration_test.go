@@ -790,3 +790,37 @@ func availableAddress(t *testing.T, ip, class string) *ipamv1.IPAddress {
 	}
 	return a
 }
+
+// A hold made by a version of the driver before the driver label (so still in the core's cache)
+// gets the label with the next patch the driver makes to it anyway, here the pin of a hold that
+// names another IP: an upgrade costs no write of its own, and the label does come.
+func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	ns := fakeMetalLBClass(t, "oldhold", "203.0.113.96/28")
+	const ip = "203.0.113.97"
+	name := ipamv1.AddressName(netip.MustParseAddr(ip))
+	boundClaimWithAddress(t, ns, "c", "oldhold", ip)
+	waitHeldByPlaceholder(t, name, ip)
+	// The hold as an older version left it: no driver label. And a pin that is not the
+	// address's IP, so that the driver has a patch to make.
+	var old corev1.Service
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &old); err != nil {
+		t.Fatal(err)
+	}
+	delete(old.Labels, ipamv1.LabelDriverService)
+	old.Annotations[metallb.AnnotationLoadBalancerIPs] = "203.0.113.98"
+	if err := admin.Update(ctx, &old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the driver to pin the old hold again, with its label", func() (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(&old), &s); err != nil {
+			return false, err
+		}
+		if s.UID != old.UID {
+			return false, fmt.Errorf("the old hold was replaced (uid %s, was %s): want it kept and patched", s.UID, old.UID)
+		}
+		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && s.Labels[ipamv1.LabelDriverService] == Provisioner, nil
+	})
+}

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/cachewalk"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -70,37 +70,48 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, role := range []string{RoleProvisioning, RoleHold} {
-		var svcs corev1.ServiceList
-		if err := m.reader.List(ctx, &svcs, client.InNamespace(m.namespace), client.MatchingLabels{LabelRole: role},
-			client.UnsafeDisableDeepCopy); err == nil {
-			ch <- prometheus.MustNewConstMetric(m.placeholder, prometheus.GaugeValue, float64(len(svcs.Items)), role)
+	// Walks over the cache that copy nothing (a List copies every item): the objects are only read.
+	byRole := map[string]int{RoleProvisioning: 0, RoleHold: 0}
+	if err := cachewalk.Each(ctx, m.reader, &corev1.Service{}, &corev1.ServiceList{}, func(o client.Object) {
+		if o.GetNamespace() != m.namespace {
+			return
+		}
+		if role := o.GetLabels()[LabelRole]; role == RoleProvisioning || role == RoleHold {
+			byRole[role]++
+		}
+	}); err == nil {
+		for _, role := range []string{RoleProvisioning, RoleHold} {
+			ch <- prometheus.MustNewConstMetric(m.placeholder, prometheus.GaugeValue, float64(byRole[role]), role)
 		}
 	}
-	var addrs ipamv1.IPAddressList
-	if err := m.reader.List(ctx, &addrs, client.UnsafeDisableDeepCopy); err == nil {
-		var attached, conflicts, lost int
-		for i := range addrs.Items {
-			a := &addrs.Items[i]
-			if a.Status.AttachedTo != nil {
-				attached++
-			}
-			if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict) {
-				conflicts++
-			}
-			if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
-				lost++
-			}
+	var attached, conflicts, lost int
+	byClass := map[string]int{}
+	if err := cachewalk.Each(ctx, m.reader, &ipamv1.IPAddress{}, &ipamv1.IPAddressList{}, func(o client.Object) {
+		a, ok := o.(*ipamv1.IPAddress)
+		if !ok {
+			return
 		}
-		ch <- prometheus.MustNewConstMetric(m.attached, prometheus.GaugeValue, float64(attached))
-		ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.GaugeValue, float64(conflicts))
-		ch <- prometheus.MustNewConstMetric(m.lost, prometheus.GaugeValue, float64(lost))
+		byClass[a.Spec.ClassName]++
+		if a.Status.AttachedTo != nil {
+			attached++
+		}
+		if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionConflict) {
+			conflicts++
+		}
+		if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
+			lost++
+		}
+	}); err != nil {
+		return
 	}
-	m.collectPools(ctx, ch)
+	ch <- prometheus.MustNewConstMetric(m.attached, prometheus.GaugeValue, float64(attached))
+	ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.GaugeValue, float64(conflicts))
+	ch <- prometheus.MustNewConstMetric(m.lost, prometheus.GaugeValue, float64(lost))
+	m.collectPools(ctx, ch, byClass)
 }
 
 // collectPools reports each accepted class's pool: its size, the class's addresses, the rest.
-func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric) {
+func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric, addressesOfClass map[string]int) {
 	var classes ipamv1.IPAddressClassList
 	if err := m.reader.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
 		return
@@ -115,11 +126,7 @@ func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric)
 		if err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.metallbNamespace, Name: name}, &pool); err != nil {
 			continue
 		}
-		var addrs ipamv1.IPAddressList
-		if err := m.reader.List(ctx, &addrs, client.MatchingFields{index.AddressByClass: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			continue
-		}
-		size, reserved := poolSize(&pool), float64(len(addrs.Items))
+		size, reserved := poolSize(&pool), float64(addressesOfClass[c.Name])
 		for state, v := range map[string]float64{"size": size, "reserved": reserved, "free": max(size-reserved, 0)} {
 			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, v, c.Name, name, state)
 		}

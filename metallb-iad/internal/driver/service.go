@@ -78,6 +78,17 @@ func (d *Driver) ownService(o client.Object) bool {
 	return o.GetNamespace() == d.Namespace && o.GetLabels()[LabelRole] != ""
 }
 
+// markOwn gives one of the driver's own Services the label that keeps it out of the core's cache.
+// Every Service the driver creates has it; one made by a version before the label gets it with
+// the next patch the driver makes to it anyway (a pin, a relabel, a nudge), never with a write of
+// its own.
+func markOwn(s *corev1.Service) {
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[ipamv1.LabelDriverService] = Provisioner
+}
+
 // servicesLinkedTo returns requests for the Services that link to a claim (through the index).
 func (d *Driver) servicesLinkedTo(ctx context.Context, namespace, claim string) []reconcile.Request {
 	var svcs corev1.ServiceList
