@@ -30,7 +30,9 @@ type storer interface {
 // otherwise it lists into list (without deep copies) and walks the items.
 func Each(ctx context.Context, r client.Reader, obj client.Object, list client.ObjectList, fn func(client.Object)) error {
 	if ig, ok := r.(informerGetter); ok {
-		// BlockUntilSynced(false): a metrics scrape must not start an informer or wait for one.
+		// BlockUntilSynced(false): a metrics scrape must not wait for an informer. (GetInformer
+		// still creates one for a kind the cache has none of, as a List would: the collectors
+		// only walk kinds their controllers watch.)
 		if inf, err := ig.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err == nil {
 			if s, ok := inf.(storer); ok && inf.HasSynced() {
 				for _, o := range s.GetStore().List() {

@@ -797,8 +797,8 @@ func availableAddress(t *testing.T, ip, class string) *ipamv1.IPAddress {
 func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	ns := fakeMetalLBClass(t, "oldhold", "203.0.113.96/28")
-	const ip = "203.0.113.97"
+	ns := fakeMetalLBClass(t, "oldhold", "198.18.11.0/28")
+	const ip = "198.18.11.1"
 	name := ipamv1.AddressName(netip.MustParseAddr(ip))
 	boundClaimWithAddress(t, ns, "c", "oldhold", ip)
 	waitHeldByPlaceholder(t, name, ip)
@@ -809,7 +809,7 @@ func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(old.Labels, ipamv1.LabelDriverService)
-	old.Annotations[metallb.AnnotationLoadBalancerIPs] = "203.0.113.98"
+	old.Annotations[metallb.AnnotationLoadBalancerIPs] = "198.18.11.2"
 	if err := admin.Update(ctx, &old); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // Metrics are the driver's Prometheus metrics. The gauges are counted from the cache at scrape
-// time without copying objects (UnsafeDisableDeepCopy: read-only access to the cached ones).
+// time without copying objects (cachewalk: read-only walks over the informers' stores).
 type Metrics struct {
 	reader           client.Reader
 	namespace        string
