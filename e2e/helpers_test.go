@@ -2,16 +2,21 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -44,16 +49,24 @@ func applyExample(ctx context.Context, t *testing.T, name string) []*unstructure
 // timeout.
 func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	var last error
+	// last is the condition's last error; telling is its last one that is not the poll's own
+	// deadline cutting a call short, which says more about why the wait failed.
+	var last, telling error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil {
 			last = err
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				telling = err
+			}
 			return false, nil
 		}
 		return ok, nil
 	})
 	if err != nil {
+		if telling != nil && telling != last {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v; the last before the deadline cut it short: %v)", timeout, what, last, telling)
+		}
 		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
 	}
 }
@@ -76,19 +89,26 @@ func consistently(ctx context.Context, t *testing.T, d time.Duration, what strin
 
 // reconcileTotals reads controller-runtime's controller_runtime_reconcile_total from a
 // process's metrics endpoint, summed per controller over every result.
+// A scrape that takes longer than 10s fails as such rather than running into the caller's deadline.
 func reconcileTotals(ctx context.Context, url string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scraping %s (%s): %w", url, time.Since(start).Round(time.Millisecond), err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scraping %s (%s): %w", url, time.Since(start).Round(time.Millisecond), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
 	}
 	totals := map[string]int{}
 	for _, m := range reconcileTotalRE.FindAllStringSubmatch(string(body), -1) {
@@ -99,6 +119,42 @@ func reconcileTotals(ctx context.Context, url string) (map[string]int, error) {
 		totals[m[1]] += int(n)
 	}
 	return totals, nil
+}
+
+// objectsOf is what one controller of a restarted process must reconcile: every object of a
+// kind (listed as metadata), less those skip names.
+type objectsOf struct {
+	list schema.GroupVersionKind
+	skip func(metav1.PartialObjectMetadata) bool
+}
+
+// waitEveryObjectReconciled waits until each controller of the process whose metrics are at url
+// has reconciled at least as many objects as its kind has. The objects are counted afresh at each
+// poll, so that one deleted before the process listed (another test's, going away) does not hold
+// the wait up; the error names the controller that is short, or the scrape that failed.
+func waitEveryObjectReconciled(ctx context.Context, t *testing.T, c client.Client, url string, timeout time.Duration, who string, kinds map[string]objectsOf) {
+	t.Helper()
+	eventually(ctx, t, timeout, "the restarted "+who+" to reconcile every object", func(ctx context.Context) (bool, error) {
+		got, err := reconcileTotals(ctx, url)
+		if err != nil {
+			return false, err
+		}
+		for ctrl, k := range kinds {
+			var l metav1.PartialObjectMetadataList
+			l.SetGroupVersionKind(k.list)
+			if err := c.List(ctx, &l); err != nil {
+				return false, err
+			}
+			n := len(l.Items)
+			if k.skip != nil {
+				n = len(slices.DeleteFunc(l.Items, k.skip))
+			}
+			if got[ctrl] < n {
+				return false, fmt.Errorf("%s reconciled %d of %d objects (all totals: %v)", ctrl, got[ctrl], n, got)
+			}
+		}
+		return true, nil
+	})
 }
 
 var reconcileTotalRE = regexp.MustCompile(`(?m)^controller_runtime_reconcile_total\{controller="([^"]+)"[^}]*\} (\S+)$`)

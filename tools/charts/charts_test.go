@@ -100,8 +100,8 @@ func TestAddressControllerChartRendering(t *testing.T) {
 	if !strings.Contains(strings.Join(toStrings(c["args"]), " "), "--leader-elect=true") {
 		t.Errorf("args %v lack leader election", c["args"])
 	}
-	if got := containerEnv(c, "GOMEMLIMIT"); got != "128MiB" {
-		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 128MiB", got)
+	if got := containerEnv(c, "GOMEMLIMIT"); got != "100MiB" {
+		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 100MiB", got)
 	}
 	for _, k := range []string{"CustomResourceDefinition/ipaddresses.local.sdn.cozystack.io", "ClusterRole/address-controller",
 		"ClusterRoleBinding/address-controller", "Role/address-controller-leader-election", "Service/address-controller-metrics",
@@ -156,8 +156,8 @@ func TestMetalLBIADChartRendering(t *testing.T) {
 	if !strings.Contains(args, "--metallb-namespace=cozy-metallb") || !strings.Contains(args, "--namespace=cozy-metallb-iad") {
 		t.Errorf("args %s", args)
 	}
-	if got := containerEnv(dig(objs["Deployment/metallb-iad"], "spec", "template", "spec", "containers", 0).(map[string]any), "GOMEMLIMIT"); got != "128MiB" {
-		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 128MiB", got)
+	if got := containerEnv(dig(objs["Deployment/metallb-iad"], "spec", "template", "spec", "containers", 0).(map[string]any), "GOMEMLIMIT"); got != "100MiB" {
+		t.Errorf("GOMEMLIMIT %q, want the default memoryTarget 100MiB", got)
 	}
 	policy := objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"]
 	binding := objs["ValidatingAdmissionPolicyBinding/metallb-iad-service-pins"]

@@ -22,8 +22,8 @@ func TestControllersRunWithTheChartsMemoryTarget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(env, "GOMEMLIMIT=128MiB") {
-			t.Errorf("%s runs with %v, want the chart's GOMEMLIMIT=128MiB", c.Name, env)
+		if !slices.Contains(env, "GOMEMLIMIT=100MiB") {
+			t.Errorf("%s runs with %v, want the chart's GOMEMLIMIT=100MiB", c.Name, env)
 		}
 	}
 	t.Setenv("GOMEMLIMIT", "1GiB")

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/cozystack/reserved-ips/address-controller/pkg/metricsauth"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 )
 
@@ -134,7 +134,7 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
 	if o.MetricsSecure {
 		metrics.SecureServing = true
-		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.FilterProvider = metricsauth.Filter
 	}
 	// Both controllers watch Services: keep only what they read, whatever else Spec asks of the
 	// Service cache (a label selector, for instance).

@@ -465,7 +465,7 @@ func eventTime(e *corev1.Event) time.Time {
 // holdsOf lists the hold placeholders of an address, without those being deleted.
 func (d *Driver) holdsOf(ctx context.Context, address string) ([]*corev1.Service, error) {
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{indexHoldOf: address}); err != nil {
+	if err := d.client.List(ctx, &list, client.MatchingFields{indexHoldOf: address}); err != nil {
 		return nil, err
 	}
 	return d.live(list.Items), nil

@@ -93,7 +93,7 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		return v, err
 	}
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{indexProvisioningForKey: v.claimKey}); err != nil {
+	if err := d.client.List(ctx, &list, client.MatchingFields{indexProvisioningForKey: v.claimKey}); err != nil {
 		return v, err
 	}
 	v.placeholders = d.notRelabelled(d.live(list.Items), v.now)

@@ -824,3 +824,49 @@ func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
 		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && s.Labels[ipamv1.LabelDriverService] == Provisioner, nil
 	})
 }
+
+// The placeholder indexes are cluster-wide (index.ClusterWide), listed without a namespace: a
+// tenant's Service that copies a hold's, a release's or a provisioning placeholder's labels is
+// never found by them (the index functions keep to the driver's namespace, as the namespaced
+// lists did before), and the claim-link index finds a Service by its namespace and claim only.
+func TestPlaceholderLookupsKeepToTheDriversNamespace(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	const addr, claimKey = "ip-203-0-113-250", "tenant/lookalike"
+	mk := func(name string, labels, annotations map[string]string) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, Labels: labels, Annotations: annotations},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+		if err := admin.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), s) })
+		return s
+	}
+	svcs := []*corev1.Service{
+		mk("fake-hold", map[string]string{LabelRole: RoleHold, LabelAddress: addr}, nil),
+		mk("fake-release", map[string]string{LabelRole: RoleRelease, LabelAddress: addr}, nil),
+		mk("fake-provisioning", map[string]string{LabelRole: RoleProvisioning}, map[string]string{AnnotationClaim: claimKey}),
+		mk("linked", nil, map[string]string{ipamv1.AnnotationServiceClaim: "lookalike"}),
+	}
+	// The driver's cache has them all.
+	for _, s := range svcs {
+		eventually(t, "the driver's cache to show "+s.Name, func() (bool, error) {
+			return testDriver.client.Get(ctx, client.ObjectKeyFromObject(s), &corev1.Service{}) == nil, nil
+		})
+	}
+	for field, value := range map[string]string{indexHoldOf: addr, indexReleaseOf: addr, indexProvisioningForKey: claimKey} {
+		var l corev1.ServiceList
+		if err := testDriver.client.List(ctx, &l, client.MatchingFields{field: value}); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) != 0 {
+			t.Errorf("%s=%s found a tenant's Service: %s/%s", field, value, l.Items[0].Namespace, l.Items[0].Name)
+		}
+	}
+	if got := testDriver.servicesLinkedTo(ctx, "tenant", "lookalike"); len(got) != 1 || got[0].Name != "linked" {
+		t.Errorf("Services linked to tenant/lookalike: %v, want tenant/linked", got)
+	}
+	if got := testDriver.servicesLinkedTo(ctx, testDriverNS, "lookalike"); len(got) != 0 {
+		t.Errorf("Services linked to %s/lookalike: %v, want none", testDriverNS, got)
+	}
+}

@@ -122,7 +122,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics(mgr.GetCache(), d.Namespace, d.MetalLBNamespace)
 	}
-	if err := setupIndexes(ctx, mgr); err != nil {
+	if err := setupIndexes(ctx, mgr, d.Namespace); err != nil {
 		return err
 	}
 	for _, setup := range []func(ctrl.Manager) error{d.setupClasses, d.setupClaims, d.setupAddresses, d.setupServices} {

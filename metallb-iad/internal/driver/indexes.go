@@ -16,12 +16,12 @@ import (
 )
 
 const (
+	// The Service indexes are cluster-wide (see setupIndexes): list them without a namespace.
+
 	// indexHoldOf keys a hold placeholder by the IPAddress it holds.
 	indexHoldOf = "metallb-iad.holdOf"
 	// indexReleaseOf keys a release Service by the IPAddress whose IP it frees.
 	indexReleaseOf = "metallb-iad.releaseOf"
-	// indexProvisioningFor keys a provisioning placeholder by its claim's uid.
-	indexProvisioningFor = "metallb-iad.provisioningFor"
 	// indexProvisioningForKey keys a provisioning placeholder by its claim's "namespace/name".
 	indexProvisioningForKey = "metallb-iad.provisioningForKey"
 	// indexServiceLink keys a LoadBalancer Service by the "namespace/claim" it links to.
@@ -62,9 +62,71 @@ func CacheByObject(namespace string) map[client.Object]cache.ByObject {
 	}
 }
 
-func setupIndexes(ctx context.Context, mgr manager.Manager) error {
+// setupIndexes registers the driver's indexes. The Service indexes are cluster-wide only
+// (index.ClusterWide: their values are unique per Service, and a namespaced object's values would
+// otherwise be stored twice): they are listed without client.InNamespace. Those of the driver's
+// own placeholders keep to the driver's namespace in the index function itself, so that a
+// tenant's Service with the same labels is never taken for one.
+func setupIndexes(ctx context.Context, mgr manager.Manager, namespace string) error {
 	if err := index.Setup(ctx, mgr); err != nil {
 		return err
+	}
+	own := func(o client.Object, role string) bool {
+		return o.GetNamespace() == namespace && o.GetLabels()[LabelRole] == role
+	}
+	for _, f := range []struct {
+		field string
+		fn    client.IndexerFunc
+	}{
+		{indexHoldOf, func(o client.Object) []string {
+			if !own(o, RoleHold) {
+				return nil
+			}
+			return []string{o.GetLabels()[LabelAddress]}
+		}},
+		{indexReleaseOf, func(o client.Object) []string {
+			if !own(o, RoleRelease) {
+				return nil
+			}
+			return []string{o.GetLabels()[LabelAddress]}
+		}},
+		{indexProvisioningForKey, func(o client.Object) []string {
+			if !own(o, RoleProvisioning) {
+				return nil
+			}
+			return []string{o.GetAnnotations()[AnnotationClaim]}
+		}},
+		{indexServiceLink, func(o client.Object) []string {
+			svc := o.(*corev1.Service)
+			if svc.Labels[LabelRole] != "" {
+				return nil
+			}
+			name, _ := LinkedClaim(svc)
+			return []string{index.ClaimKey(svc.Namespace, name)}
+		}},
+		{indexIngressIP, func(o client.Object) []string {
+			return ipStrings(IngressIPs(o.(*corev1.Service)))
+		}},
+		{indexExternalIP, func(o client.Object) []string {
+			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+		}},
+		{indexRequestedIP, func(o client.Object) []string {
+			s := o.(*corev1.Service)
+			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Labels[LabelRole] != "" {
+				return nil // (the driver's own placeholders request reserved IPs by design)
+			}
+			return ipStrings(RequestedIPs(s))
+		}},
+		{indexParked, func(o client.Object) []string {
+			if autoclaim.Parked(o.(*corev1.Service)) {
+				return []string{"true"}
+			}
+			return nil
+		}},
+	} {
+		if err := index.ClusterWide(ctx, mgr.GetCache(), &corev1.Service{}, f.field, f.fn); err != nil {
+			return err
+		}
 	}
 	idx := mgr.GetFieldIndexer()
 	for _, f := range []struct {
@@ -72,38 +134,6 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 		field string
 		fn    client.IndexerFunc
 	}{
-		{&corev1.Service{}, indexHoldOf, func(o client.Object) []string {
-			if o.GetLabels()[LabelRole] != RoleHold {
-				return nil
-			}
-			return []string{o.GetLabels()[LabelAddress]}
-		}},
-		{&corev1.Service{}, indexReleaseOf, func(o client.Object) []string {
-			if o.GetLabels()[LabelRole] != RoleRelease {
-				return nil
-			}
-			return []string{o.GetLabels()[LabelAddress]}
-		}},
-		{&corev1.Service{}, indexProvisioningFor, func(o client.Object) []string {
-			if o.GetLabels()[LabelRole] != RoleProvisioning {
-				return nil
-			}
-			return []string{o.GetLabels()[LabelClaimUID]}
-		}},
-		{&corev1.Service{}, indexProvisioningForKey, func(o client.Object) []string {
-			if o.GetLabels()[LabelRole] != RoleProvisioning {
-				return nil
-			}
-			return []string{o.GetAnnotations()[AnnotationClaim]}
-		}},
-		{&corev1.Service{}, indexServiceLink, func(o client.Object) []string {
-			svc := o.(*corev1.Service)
-			if svc.Labels[LabelRole] != "" {
-				return nil
-			}
-			name, _ := LinkedClaim(svc)
-			return []string{svc.Namespace + "/" + name}
-		}},
 		{&ipamv1.IPAddress{}, indexAttachedTo, func(o client.Object) []string {
 			at := o.(*ipamv1.IPAddress).Status.AttachedTo
 			if at == nil {
@@ -118,27 +148,8 @@ func setupIndexes(ctx context.Context, mgr manager.Manager) error {
 			}
 			return []string{c.Spec.Parameters[ClassParameterPool]}
 		}},
-		{&corev1.Service{}, indexIngressIP, func(o client.Object) []string {
-			return ipStrings(IngressIPs(o.(*corev1.Service)))
-		}},
-		{&corev1.Service{}, indexExternalIP, func(o client.Object) []string {
-			return ipStrings(ExternalIPs(o.(*corev1.Service)))
-		}},
-		{&corev1.Service{}, indexRequestedIP, func(o client.Object) []string {
-			s := o.(*corev1.Service)
-			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Labels[LabelRole] != "" {
-				return nil // (the driver's own placeholders request reserved IPs by design)
-			}
-			return ipStrings(RequestedIPs(s))
-		}},
 		{&corev1.Event{}, indexEventAbout, func(o client.Object) []string {
 			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
-		}},
-		{&corev1.Service{}, indexParked, func(o client.Object) []string {
-			if autoclaim.Parked(o.(*corev1.Service)) {
-				return []string{"true"}
-			}
-			return nil
 		}},
 	} {
 		if err := idx.IndexField(ctx, f.obj, f.field, f.fn); err != nil {

@@ -96,7 +96,7 @@ func (s *staleMemory) setUnserved(address string, w unservedWait) {
 // released).
 func (d *Driver) staleSnapshot(ctx context.Context, v *addressView, messages map[string]string) error {
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{indexReleaseOf: v.addr.Name}); err != nil {
+	if err := d.client.List(ctx, &list, client.MatchingFields{indexReleaseOf: v.addr.Name}); err != nil {
 		return err
 	}
 	v.stale.releases = d.live(list.Items)

@@ -22,6 +22,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -92,8 +93,8 @@ func markOwn(s *corev1.Service) {
 // servicesLinkedTo returns requests for the Services that link to a claim (through the index).
 func (d *Driver) servicesLinkedTo(ctx context.Context, namespace, claim string) []reconcile.Request {
 	var svcs corev1.ServiceList
-	if err := d.client.List(ctx, &svcs, client.InNamespace(namespace),
-		client.MatchingFields{indexServiceLink: namespace + "/" + claim}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.client.List(ctx, &svcs,
+		client.MatchingFields{indexServiceLink: index.ClaimKey(namespace, claim)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	return driverkit.Requests(svcs.Items)
