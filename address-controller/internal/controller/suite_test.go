@@ -32,6 +32,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
 
@@ -253,24 +254,11 @@ func frozenClient(t *testing.T) client.Client {
 // result), from controller-runtime's metrics.
 func reconciles(t *testing.T, controller string) int {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	n, err := promcheck.Reconciles(metrics.Registry, controller)
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return total
+	return n
 }
 
 // bindsObserved is the sample count of the running core's bind-duration histogram.

@@ -567,10 +567,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		} else if err != nil {
 			return err
 		}
-		if !d.ownService(s) {
-			// Only the Service controller reads this record, and it never sees the driver's own.
-			d.wroteService(s)
-		}
+		d.wroteService(s)
 		d.cleared.note(s.UID, a.Name, d.now())
 		d.emit([]event{c.said})
 	}
@@ -688,16 +685,13 @@ func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service) error {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
-	own := d.ownService(s)
-	if own {
+	if d.ownService(s) {
 		markOwn(s)
 	}
 	if err := d.client.Patch(ctx, s, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !own {
-		d.wroteService(s) // an attached tenant Service is nudged too (plan_release.go)
-	}
+	d.wroteService(s) // an attached tenant Service is nudged too (plan_release.go)
 	return nil
 }
 

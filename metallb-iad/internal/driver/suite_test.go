@@ -33,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -500,22 +501,9 @@ func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
 // reconcilesOf is controller-runtime's count of reconciles of the named controller so far.
 func reconcilesOf(t *testing.T, controller string) int {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
+	n, err := promcheck.Reconciles(crmetrics.Registry, controller)
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return total
+	return n
 }
