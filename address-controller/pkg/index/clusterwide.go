@@ -26,7 +26,7 @@ const (
 // lookups that never name a namespace. A list of such an index with client.InNamespace finds
 // nothing: put the namespace in the value, or check it in fn, instead.
 func ClusterWide(ctx context.Context, c cache.Informers, obj client.Object, field string, fn client.IndexerFunc) error {
-	inf, err := c.GetInformer(ctx, obj)
+	inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	if err != nil {
 		return err
 	}

@@ -5,10 +5,13 @@
 //
 // It does what controller-runtime's metrics/filters does, without that package's dependency on
 // k8s.io/apiserver, which brings CEL, gRPC and OpenTelemetry into the binary: tens of megabytes a
-// controller would map and partly touch only to check a token. Answers are cached as the
-// apiserver's delegating authenticator and authorizer cache them (a token one minute, an allowed
-// decision five minutes, a denied one thirty seconds), so a scraper every few seconds costs the
-// apiserver one review a minute.
+// controller would map and partly touch only to check a token. Answers are cached with the TTLs
+// controller-runtime gives the apiserver's delegating authenticator and authorizer (a valid token
+// one minute, an allowed decision five minutes, a denied one thirty seconds), so a scraper every
+// few seconds costs the apiserver one review a minute. Unlike those, a rejected token is kept too,
+// for ten seconds: a scraper with a bad token then costs a review per ten seconds instead of one
+// per request, and one rejected by a passing authenticator failure is let in again soon after.
+// An answer the apiserver could not give (an error) is never kept, and the caches are bounded.
 package metricsauth
 
 import (
@@ -34,12 +37,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// How long answers are kept. A token that failed review is kept as briefly as one that passed:
-// a scraper retrying with a bad token must not turn into a TokenReview per request.
+// How long answers are kept, and how many at most (past that, answers are not kept until
+// expired ones are dropped, which happens at most every PruneEvery).
 const (
-	TokenTTL = time.Minute
-	AllowTTL = 5 * time.Minute
-	DenyTTL  = 30 * time.Second
+	TokenTTL    = time.Minute
+	RejectedTTL = 10 * time.Second
+	AllowTTL    = 5 * time.Minute
+	DenyTTL     = 30 * time.Second
+	MaxEntries  = 4096
+	PruneEvery  = 10 * time.Second
 )
 
 // ReviewTimeout bounds each review request; a failed one is retried with this backoff (about 4s
@@ -72,9 +78,10 @@ type Guard struct {
 	access authzclient.SubjectAccessReviewInterface
 	now    func() time.Time
 
-	mu        sync.Mutex
-	users     map[[sha256.Size]byte]userEntry
-	decisions map[string]decisionEntry
+	mu         sync.Mutex
+	users      map[[sha256.Size]byte]userEntry
+	decisions  map[string]decisionEntry
+	lastPruned time.Time
 }
 
 // User is who a token belongs to, as the TokenReview said.
@@ -178,9 +185,15 @@ func (g *Guard) Authenticate(ctx context.Context, token string) (*User, error) {
 			}
 		}
 	}
+	ttl := RejectedTTL
+	if user != nil {
+		ttl = TokenTTL
+	}
 	g.mu.Lock()
-	prune(g.users, g.now(), func(e userEntry) time.Time { return e.expires })
-	g.users[key] = userEntry{user: user, expires: g.now().Add(TokenTTL)}
+	g.pruneLocked()
+	if len(g.users) < MaxEntries {
+		g.users[key] = userEntry{user: user, expires: g.now().Add(ttl)}
+	}
 	g.mu.Unlock()
 	return user, nil
 }
@@ -225,8 +238,10 @@ func (g *Guard) Authorize(ctx context.Context, user *User, verb, path string) (b
 		ttl = AllowTTL
 	}
 	g.mu.Lock()
-	prune(g.decisions, g.now(), func(e decisionEntry) time.Time { return e.expires })
-	g.decisions[key] = decisionEntry{allowed: allowed, reason: reason, expires: g.now().Add(ttl)}
+	g.pruneLocked()
+	if len(g.decisions) < MaxEntries {
+		g.decisions[key] = decisionEntry{allowed: allowed, reason: reason, expires: g.now().Add(ttl)}
+	}
 	g.mu.Unlock()
 	return allowed, reason, nil
 }
@@ -286,12 +301,20 @@ func decisionKey(u *User, verb, path string) string {
 	return b.String()
 }
 
-// prune drops expired entries once the cache has grown past a few dozen (service-account tokens
-// rotate: without it, every rotated token would stay for the process's life).
-func prune[K comparable, V any](m map[K]V, now time.Time, expires func(V) time.Time) {
-	if len(m) < 64 {
+// pruneLocked drops expired answers, at most every PruneEvery (service-account tokens rotate:
+// without it every rotated token would stay for the process's life). g.mu is held.
+func (g *Guard) pruneLocked() {
+	now := g.now()
+	if now.Sub(g.lastPruned) < PruneEvery {
 		return
 	}
+	g.lastPruned = now
+	prune(g.users, now, func(e userEntry) time.Time { return e.expires })
+	prune(g.decisions, now, func(e decisionEntry) time.Time { return e.expires })
+}
+
+// prune drops the expired entries of m.
+func prune[K comparable, V any](m map[K]V, now time.Time, expires func(V) time.Time) {
 	for k, v := range m {
 		if !now.Before(expires(v)) {
 			delete(m, k)

@@ -2,6 +2,7 @@ package metricsauth
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,11 +15,16 @@ import (
 
 	"github.com/go-logr/logr"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -235,8 +241,9 @@ func TestGuardAsksTheAPIServerAndCachesItsAnswers(t *testing.T) {
 	}
 }
 
-// The cache stays bounded: expired entries go once it holds more than a few dozen.
-func TestPruneDropsExpiredEntries(t *testing.T) {
+// The caches stay bounded: expired answers go (at most every PruneEvery), and past MaxEntries no
+// answer is kept.
+func TestCachesStayBounded(t *testing.T) {
 	now := time.Now()
 	m := map[int]time.Time{}
 	for i := range 100 {
@@ -246,10 +253,107 @@ func TestPruneDropsExpiredEntries(t *testing.T) {
 	if len(m) != 50 {
 		t.Fatalf("%d entries left, want the 50 that have not expired", len(m))
 	}
-	small := map[int]time.Time{1: now.Add(-time.Hour)}
-	prune(small, now, func(t time.Time) time.Time { return t })
-	if len(small) != 1 {
-		t.Fatalf("a small cache was pruned")
+
+	clk := &clock{t: now}
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: tr.Spec.Token}}
+		return true, tr, nil
+	})
+	g := New(cs.AuthenticationV1().TokenReviews(), cs.AuthorizationV1().SubjectAccessReviews())
+	g.now = clk.now
+	ctx := context.Background()
+	for i := range MaxEntries + 10 {
+		if _, err := g.Authenticate(ctx, fmt.Sprint("token-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.users) != MaxEntries {
+		t.Fatalf("%d tokens kept, want at most %d", len(g.users), MaxEntries)
+	}
+	clk.add(TokenTTL + PruneEvery)
+	if _, err := g.Authenticate(ctx, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.users) != 1 {
+		t.Fatalf("%d tokens kept after they all expired, want only the fresh one", len(g.users))
+	}
+}
+
+// An answer the apiserver could not give is never kept: a review that failed (after its retries)
+// is a 500 for that request, and the next request asks again and is let in. A rejected token is
+// kept only RejectedTTL.
+func TestFailedReviewsAreNotKept(t *testing.T) {
+	saved := retry
+	retry.Duration, retry.Steps = time.Millisecond, 2
+	t.Cleanup(func() { retry = saved })
+	var failing atomic.Bool
+	failing.Store(true)
+	var tokenReviews, accessReviews atomic.Int32
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tokenReviews.Add(1)
+		if failing.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+		}
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		if tr.Spec.Token == "good" {
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "scraper"}}
+		} else {
+			tr.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
+		}
+		return true, tr, nil
+	})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		accessReviews.Add(1)
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	clk := &clock{t: time.Now()}
+	g := New(cs.AuthenticationV1().TokenReviews(), cs.AuthorizationV1().SubjectAccessReviews())
+	g.now = clk.now
+	srv := httptest.NewServer(g.Handler(logr.Discard(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	t.Cleanup(srv.Close)
+	get := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("good"); got != http.StatusInternalServerError {
+		t.Fatalf("while the apiserver fails: %d, want 500", got)
+	}
+	if n := tokenReviews.Load(); n != 3 {
+		t.Errorf("%d TokenReviews for one request, want 3 (a first try and two retries)", n)
+	}
+	failing.Store(false)
+	if got := get("good"); got != http.StatusOK {
+		t.Fatalf("once the apiserver answers: %d, want 200 (the failure was not kept)", got)
+	}
+	// A rejected token: 401, kept for RejectedTTL, then asked again.
+	before := tokenReviews.Load()
+	for range 3 {
+		if got := get("bad"); got != http.StatusUnauthorized {
+			t.Fatalf("bad token: %d, want 401", got)
+		}
+	}
+	if n := tokenReviews.Load() - before; n != 1 {
+		t.Errorf("%d TokenReviews for three requests with the same bad token, want 1", n)
+	}
+	clk.add(RejectedTTL)
+	get("bad")
+	if n := tokenReviews.Load() - before; n != 2 {
+		t.Errorf("after RejectedTTL: %d TokenReviews in all, want 2", n)
+	}
+	if n := accessReviews.Load(); n != 1 {
+		t.Errorf("%d SubjectAccessReviews, want 1", n)
 	}
 }
 
