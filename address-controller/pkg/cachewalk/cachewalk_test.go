@@ -3,7 +3,6 @@ package cachewalk
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"testing"
 
@@ -12,7 +11,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 )
 
 // readerOnly hides the cache's informers: Each then takes its List path.
@@ -32,15 +32,7 @@ func allocated(f func()) uint64 {
 // either path, and the informer path allocates a small fraction of what a List (the way the
 // metrics were collected before) allocates for the same walk.
 func TestEachVisitsEveryObjectWithoutCopies(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-unit`")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := envtestutil.Start(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	admin, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})

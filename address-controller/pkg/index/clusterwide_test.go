@@ -3,7 +3,6 @@ package index
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,7 +12,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 )
 
 // On a real apiserver and controller-runtime's cache: a ClusterWide index answers a list across
@@ -21,15 +21,7 @@ import (
 // with half the index keys; a list with a namespace finds nothing, as documented. It fails if
 // controller-runtime changes the keys its cache reader looks indexes up by.
 func TestClusterWideAnswersListsAcrossNamespaces(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-unit`")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := envtestutil.Start(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	admin, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
@@ -133,30 +125,26 @@ func TestClusterWideAnswersListsAcrossNamespaces(t *testing.T) {
 	if err := admin.Update(ctx, &cm); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if got, _ := names("test.clusterWide", "moved"); len(got) == 1 {
-			break
+	// waitFor polls the ClusterWide index until value finds want objects.
+	waitFor := func(value string, want int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got, err := names("test.clusterWide", value)
+			if err == nil && len(got) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %q found %v (%v), want %d objects", what, value, got, err, want)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the changed value never showed in the index")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	waitFor("moved", 1, "the changed value never showed in the index")
 	same("moved", 1)
 	same("two-3", 0)
 	delete(cm.Data, "v")
 	if err := admin.Update(ctx, &cm); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if got, _ := names("test.clusterWide", "moved"); len(got) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the removed value stayed in the index")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor("moved", 0, "the removed value stayed in the index")
 	same("shared:all", 2*perNamespace-1)
 }

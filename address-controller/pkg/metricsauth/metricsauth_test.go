@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 )
 
 // counter counts the review requests that reach the apiserver, by resource.
@@ -76,15 +76,7 @@ func (c *clock) add(d time.Duration) {
 // scrapes cost one TokenReview and one SubjectAccessReview, an expired answer is asked again, and
 // a revoked binding stops letting the reader in once its allowed answer expires.
 func TestGuardAsksTheAPIServerAndCachesItsAnswers(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-unit`")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := envtestutil.Start(t, nil)
 	ctx := context.Background()
 	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

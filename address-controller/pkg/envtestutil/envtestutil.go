@@ -1,0 +1,34 @@
+// Package envtestutil starts a real kube-apiserver and etcd (controller-runtime's envtest) for
+// one test and stops them when the test ends. The package's small integration tests use it; the
+// controller suites keep their own TestMain, which starts one apiserver for a whole package.
+package envtestutil
+
+import (
+	"os"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Start starts env (an empty Environment when nil) and registers its Stop with t.Cleanup. It
+// fails t, saying how to run the test, when KUBEBUILDER_ASSETS does not name the binaries.
+func Start(t testing.TB, env *envtest.Environment) *rest.Config {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-unit`, or export KUBEBUILDER_ASSETS=$(go run ./tools/cmd/binaries envtest)")
+	}
+	if env == nil {
+		env = &envtest.Environment{}
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping kube-apiserver and etcd: %v", err)
+		}
+	})
+	return cfg
+}
