@@ -161,7 +161,7 @@ func TestCoreRestartOverSettledObjectsWritesNothing(t *testing.T) {
 			restart(ctx, t, "address-controller")
 			// The auto-claim controller reconciles every Service but a driver's own (the core does
 			// not cache those).
-			waitEveryObjectReconciled(ctx, t, c, local.Endpoints["address-controller/metrics"], 90*time.Second, "core", map[string]objectsOf{
+			waitEveryObjectReconciled(ctx, t, c, local, "address-controller", 90*time.Second, map[string]objectsOf{
 				"ipaddressclaim": {list: ipamv1.GroupVersion.WithKind("IPAddressClaimList")},
 				"ipaddress":      {list: ipamv1.GroupVersion.WithKind("IPAddressList")},
 				"ipaddressclass": {list: ipamv1.GroupVersion.WithKind("IPAddressClassList")},

@@ -122,7 +122,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 			restart(ctx, t, "metallb-iad")
 			// The restarted driver ran: each of its controllers reconciled every object of its kind
 			// (its own placeholders do not reach the Service controller).
-			waitEveryObjectReconciled(ctx, t, c, local.Endpoints["metallb-iad/metrics"], 90*time.Second, "driver", map[string]objectsOf{
+			waitEveryObjectReconciled(ctx, t, c, local, "metallb-iad", 90*time.Second, map[string]objectsOf{
 				"metallb-iad-address": {list: ipamv1.GroupVersion.WithKind("IPAddressList")},
 				"metallb-iad-claim":   {list: ipamv1.GroupVersion.WithKind("IPAddressClaimList")},
 				"metallb-iad-class":   {list: ipamv1.GroupVersion.WithKind("IPAddressClassList")},

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
+	"github.com/cozystack/reserved-ips/e2e/provider"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
@@ -49,6 +51,13 @@ func applyExample(ctx context.Context, t *testing.T, name string) []*unstructure
 // timeout.
 func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
+	if err := poll(ctx, timeout, what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poll is eventually without the test: it returns the error eventually fails with.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	// last is the condition's last error; telling is its last one that is not the poll's own
 	// deadline cutting a call short, which says more about why the wait failed.
 	var last, telling error
@@ -63,11 +72,13 @@ func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what s
 		}
 		return ok, nil
 	})
-	if err != nil {
-		if telling != nil && telling != last {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v; the last before the deadline cut it short: %v)", timeout, what, last, telling)
-		}
-		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+	switch {
+	case err == nil:
+		return nil
+	case telling != nil && telling != last:
+		return fmt.Errorf("timed out after %s waiting for %s (last error: %v; the last before the deadline cut it short: %v)", timeout, what, last, telling)
+	default:
+		return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
 	}
 }
 
@@ -128,13 +139,18 @@ type objectsOf struct {
 	skip func(metav1.PartialObjectMetadata) bool
 }
 
-// waitEveryObjectReconciled waits until each controller of the process whose metrics are at url
-// has reconciled at least as many objects as its kind has. The objects are counted afresh at each
-// poll, so that one deleted before the process listed (another test's, going away) does not hold
-// the wait up; the error names the controller that is short, or the scrape that failed.
-func waitEveryObjectReconciled(ctx context.Context, t *testing.T, c client.Client, url string, timeout time.Duration, who string, kinds map[string]objectsOf) {
+// waitEveryObjectReconciled waits until each controller of the local process named process has
+// reconciled at least as many objects as its kind has (from the process's metrics). The objects
+// are counted afresh at each poll, so that one deleted before the process listed (another test's,
+// going away) does not hold the wait up; the error names the controller that is short, or the
+// scrape that failed, and shows the process's state and the end of its log.
+func waitEveryObjectReconciled(ctx context.Context, t *testing.T, c client.Client, local *provider.LocalCluster, process string, timeout time.Duration, kinds map[string]objectsOf) {
 	t.Helper()
-	eventually(ctx, t, timeout, "the restarted "+who+" to reconcile every object", func(ctx context.Context) (bool, error) {
+	url := local.Endpoints[process+"/metrics"]
+	if url == "" {
+		t.Fatalf("the local cluster has no metrics endpoint for %s", process)
+	}
+	err := poll(ctx, timeout, "the restarted "+process+" to reconcile every object", func(ctx context.Context) (bool, error) {
 		got, err := reconcileTotals(ctx, url)
 		if err != nil {
 			return false, err
@@ -155,6 +171,17 @@ func waitEveryObjectReconciled(ctx context.Context, t *testing.T, c client.Clien
 		}
 		return true, nil
 	})
+	if err == nil {
+		return
+	}
+	for _, p := range local.Processes() {
+		if p.Spec.Name == process {
+			st := p.Status(ctx, true)
+			t.Fatalf("%v\n%s: pid %d, %s, ready %t, %d restarts, last exit %q; the end of %s:\n%s",
+				err, process, st.Pid, st.State, st.Ready, st.Restarts, st.LastExit, st.Log, controlplane.LogTail(st.Log, 40))
+		}
+	}
+	t.Fatal(err)
 }
 
 var reconcileTotalRE = regexp.MustCompile(`(?m)^controller_runtime_reconcile_total\{controller="([^"]+)"[^}]*\} (\S+)$`)
