@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,14 +57,16 @@ func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what s
 
 // poll is eventually without the test: it returns the error eventually fails with.
 func poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
-	// last is the condition's last error; telling is its last one that is not the poll's own
-	// deadline cutting a call short, which says more about why the wait failed.
+	// last is the condition's last error; telling is its last one from a call the poll's own
+	// deadline did not cut short, which says more about why the wait failed (a call's own
+	// timeout, such as a scrape's, is telling).
 	var last, telling error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
+	lastTelling := false
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(pctx context.Context) (bool, error) {
+		ok, err := cond(pctx)
 		if err != nil {
-			last = err
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			last, lastTelling = err, pctx.Err() == nil
+			if lastTelling {
 				telling = err
 			}
 			return false, nil
@@ -75,7 +76,7 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(con
 	switch {
 	case err == nil:
 		return nil
-	case telling != nil && telling != last:
+	case telling != nil && !lastTelling:
 		return fmt.Errorf("timed out after %s waiting for %s (last error: %v; the last before the deadline cut it short: %v)", timeout, what, last, telling)
 	default:
 		return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
@@ -174,12 +175,13 @@ func waitEveryObjectReconciled(ctx context.Context, t *testing.T, c client.Clien
 	if err == nil {
 		return
 	}
-	for _, p := range local.Processes() {
-		if p.Spec.Name == process {
-			st := p.Status(ctx, true)
-			t.Fatalf("%v\n%s: pid %d, %s, ready %t, %d restarts, last exit %q; the end of %s:\n%s",
-				err, process, st.Pid, st.State, st.Ready, st.Restarts, st.LastExit, st.Log, controlplane.LogTail(st.Log, 40))
-		}
+	if p := local.Process(process); p != nil {
+		// The readiness probe is bounded: the process may be the one that stopped answering.
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st := p.Status(sctx, true)
+		cancel()
+		t.Fatalf("%v\n%s: pid %d, %s, ready %t, %d restarts, last exit %q; the end of %s:\n%s",
+			err, process, st.Pid, st.State, st.Ready, st.Restarts, st.LastExit, st.Log, controlplane.LogTail(st.Log, 40))
 	}
 	t.Fatal(err)
 }
