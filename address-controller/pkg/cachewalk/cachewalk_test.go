@@ -1,7 +1,6 @@
 package cachewalk
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -33,12 +32,8 @@ func allocated(f func()) uint64 {
 // metrics were collected before) allocates for the same walk.
 func TestEachVisitsEveryObjectWithoutCopies(t *testing.T) {
 	cfg := envtestutil.Start(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	admin, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	admin := envtestutil.Client(t, cfg)
 	const n = 2000
 	for i := range n {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%d", i),

@@ -7,7 +7,9 @@ import (
 	"os"
 	"testing"
 
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -36,4 +38,14 @@ func Start(t testing.TB, env *envtest.Environment) *rest.Config {
 		}
 	})
 	return cfg
+}
+
+// Client is an uncached controller-runtime client of cfg for Kubernetes' built-in kinds.
+func Client(t testing.TB, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

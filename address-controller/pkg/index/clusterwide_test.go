@@ -1,7 +1,6 @@
 package index
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -22,12 +21,8 @@ import (
 // controller-runtime changes the keys its cache reader looks indexes up by.
 func TestClusterWideAnswersListsAcrossNamespaces(t *testing.T) {
 	cfg := envtestutil.Start(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	admin, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	admin := envtestutil.Client(t, cfg)
 	const perNamespace = 50
 	namespaces := []string{"one", "two"}
 	for _, ns := range namespaces {
