@@ -8,10 +8,11 @@
 // controller would map and partly touch only to check a token. Answers are cached with the TTLs
 // controller-runtime gives the apiserver's delegating authenticator and authorizer (a valid token
 // one minute, an allowed decision five minutes, a denied one thirty seconds), so a scraper every
-// few seconds costs the apiserver one review a minute. Unlike those, a rejected token is kept too,
-// for ten seconds: a scraper with a bad token then costs a review per ten seconds instead of one
-// per request, and one rejected by a passing authenticator failure is let in again soon after.
-// An answer the apiserver could not give (an error) is never kept, and the caches are bounded.
+// few seconds costs the apiserver one review a minute. A rejected token is kept for ten seconds
+// only (the delegating authenticator keeps it the full minute): a scraper with a bad token costs a
+// review per ten seconds, and one rejected by a passing authenticator failure is let in again soon
+// after. An answer the apiserver could not give (an error) is never kept, and the caches are
+// bounded: past MaxEntries a new answer is not kept, a renewed one replaces the old.
 package metricsauth
 
 import (
@@ -37,8 +38,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// How long answers are kept, and how many at most (past that, answers are not kept until
-// expired ones are dropped, which happens at most every PruneEvery).
+// How long answers are kept, and how many at most (past that, new answers are not kept until
+// expired ones are dropped, which happens at most every PruneEvery; a renewed one still is).
 const (
 	TokenTTL    = time.Minute
 	RejectedTTL = 10 * time.Second
@@ -191,7 +192,7 @@ func (g *Guard) Authenticate(ctx context.Context, token string) (*User, error) {
 	}
 	g.mu.Lock()
 	g.pruneLocked()
-	if len(g.users) < MaxEntries {
+	if _, kept := g.users[key]; kept || len(g.users) < MaxEntries {
 		g.users[key] = userEntry{user: user, expires: g.now().Add(ttl)}
 	}
 	g.mu.Unlock()
@@ -239,7 +240,7 @@ func (g *Guard) Authorize(ctx context.Context, user *User, verb, path string) (b
 	}
 	g.mu.Lock()
 	g.pruneLocked()
-	if len(g.decisions) < MaxEntries {
+	if _, kept := g.decisions[key]; kept || len(g.decisions) < MaxEntries {
 		g.decisions[key] = decisionEntry{allowed: allowed, reason: reason, expires: g.now().Add(ttl)}
 	}
 	g.mu.Unlock()

@@ -2,6 +2,7 @@ package metricsauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -175,11 +176,10 @@ func TestGuardAsksTheAPIServerAndCachesItsAnswers(t *testing.T) {
 		t.Errorf("the metrics handler served %d requests, want 2 (the reader's gets)", n)
 	}
 
-	// Caching: five more scrapes by the reader, and five more with the unknown token, ask nothing.
+	// Caching: five more scrapes by the reader ask nothing.
 	tr, sar := calls.get("tokenreviews"), calls.get("subjectaccessreviews")
 	for range 5 {
 		do(srv.URL, http.MethodGet, "Bearer "+reader)
-		do(srv.URL, http.MethodGet, "Bearer not-a-token")
 	}
 	if d := calls.get("tokenreviews") - tr; d != 0 {
 		t.Errorf("cached tokens were reviewed again %d times", d)
@@ -199,6 +199,17 @@ func TestGuardAsksTheAPIServerAndCachesItsAnswers(t *testing.T) {
 	}
 	if a, b := reviews(); a-tr != 2 || b-sar != 2 {
 		t.Fatalf("first requests: %d token and %d access reviews, want 2 and 2", a-tr, b-sar)
+	}
+	// A token the apiserver rejects is kept too (on the test's clock, so the machine's speed does
+	// not matter): five requests, one review.
+	tr, sar = reviews()
+	for range 5 {
+		if got := do(timed.URL, http.MethodGet, "Bearer not-a-token"); got != http.StatusUnauthorized {
+			t.Fatalf("unknown token: %d", got)
+		}
+	}
+	if a, b := reviews(); a-tr != 1 || b-sar != 0 {
+		t.Fatalf("five requests with an unknown token: %d token and %d access reviews, want 1 and 0", a-tr, b-sar)
 	}
 	// Past the token TTL and the denied TTL, within the allowed one: the tokens are reviewed
 	// again, the stranger's decision is asked again, the reader's is not.
@@ -264,6 +275,19 @@ func TestCachesStayBounded(t *testing.T) {
 	if len(g.users) != MaxEntries {
 		t.Fatalf("%d tokens kept, want at most %d", len(g.users), MaxEntries)
 	}
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	for i := range MaxEntries + 10 {
+		if _, _, err := g.Authorize(ctx, &User{Name: "scraper"}, "get", fmt.Sprint("/path-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.decisions) != MaxEntries {
+		t.Fatalf("%d decisions kept, want at most %d", len(g.decisions), MaxEntries)
+	}
 	clk.add(TokenTTL + PruneEvery)
 	if _, err := g.Authenticate(ctx, "fresh"); err != nil {
 		t.Fatal(err)
@@ -271,10 +295,38 @@ func TestCachesStayBounded(t *testing.T) {
 	if len(g.users) != 1 {
 		t.Fatalf("%d tokens kept after they all expired, want only the fresh one", len(g.users))
 	}
+
+	// A full cache still renews an answer it keeps: a scraper whose token expired between two
+	// prunes is reviewed once, not at every request until the next prune.
+	reviews := 0
+	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reviews++
+		return false, nil, nil // on to the reactor above, which answers
+	})
+	clk.add(TokenTTL - PruneEvery/2) // "fresh" expires PruneEvery/2 from now
+	for i := range MaxEntries - 1 {
+		if _, err := g.Authenticate(ctx, fmt.Sprint("later-", i)); err != nil { // prunes nothing
+			t.Fatal(err)
+		}
+	}
+	if len(g.users) != MaxEntries {
+		t.Fatalf("%d tokens kept, want a full cache (%d)", len(g.users), MaxEntries)
+	}
+	clk.add(PruneEvery/2 + time.Second) // "fresh" expired; the last prune was less than PruneEvery ago
+	if _, err := g.Authenticate(ctx, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	reviews = 0
+	if _, err := g.Authenticate(ctx, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if reviews != 0 {
+		t.Fatalf("the renewed answer of a full cache was not kept: %d more TokenReviews", reviews)
+	}
 }
 
-// An answer the apiserver could not give is never kept: a review that failed (after its retries)
-// is a 500 for that request, and the next request asks again and is let in. A rejected token is
+// An answer the apiserver could not give is never kept: a token or access review that failed
+// (after its retries) is a 500 for that request, and the next request asks again and is let in. A rejected token is
 // kept only RejectedTTL.
 func TestFailedReviewsAreNotKept(t *testing.T) {
 	saved := retry
@@ -290,15 +342,19 @@ func TestFailedReviewsAreNotKept(t *testing.T) {
 			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
 		}
 		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
-		if tr.Spec.Token == "good" {
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "scraper"}}
+		if tr.Spec.Token == "good" || tr.Spec.Token == "other" {
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: tr.Spec.Token + "-scraper"}}
 		} else {
 			tr.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
 		return true, tr, nil
 	})
+	var failingAccess atomic.Bool
 	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		accessReviews.Add(1)
+		if failingAccess.Load() {
+			return true, nil, apierrors.NewInternalError(errors.New("authorizer webhook down"))
+		}
 		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
 		sar.Status.Allowed = true
 		return true, sar, nil
@@ -346,6 +402,18 @@ func TestFailedReviewsAreNotKept(t *testing.T) {
 	}
 	if n := accessReviews.Load(); n != 1 {
 		t.Errorf("%d SubjectAccessReviews, want 1", n)
+	}
+	// A SubjectAccessReview that fails is not kept either: 500, then 200 once it answers.
+	failingAccess.Store(true)
+	if got := get("other"); got != http.StatusInternalServerError {
+		t.Fatalf("while authorization fails: %d, want 500", got)
+	}
+	if n := accessReviews.Load(); n != 4 {
+		t.Errorf("%d SubjectAccessReviews in all, want 4 (one before, then a first try and two retries)", n)
+	}
+	failingAccess.Store(false)
+	if got := get("other"); got != http.StatusOK {
+		t.Fatalf("once authorization answers: %d, want 200 (the failure was not kept)", got)
 	}
 }
 
