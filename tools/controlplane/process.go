@@ -44,8 +44,8 @@ type RestartPolicy struct {
 	// again (30s when zero).
 	ResetAfter time.Duration
 	// GiveUpAfter crashes within GiveUpWindow end supervision (5 and 1m when zero). Exits the
-	// control plane was asked for (Process.Signal, Process.Restart) are restarted but not
-	// counted as crashes.
+	// control plane was asked for (Process.Signal, Process.Restart) are restarted after
+	// InitialBackoff: they neither count as crashes nor grow the back-off.
 	GiveUpAfter  int
 	GiveUpWindow time.Duration
 	// Disabled turns restarts off: the first exit ends supervision (the process is reported
@@ -294,19 +294,21 @@ func (p *Process) supervise() {
 			}
 			return
 		}
-		backoff = p.policy.nextBackoff(backoff, ran)
-		p.state = StateBackoff
-		why := "crashed"
-		if requested {
-			why = "was killed on request"
+		// A kill the control plane asked for is not a crash loop: it restarts after the initial
+		// back-off and leaves the crash back-off where it was.
+		why, wait := "was killed on request", p.policy.InitialBackoff
+		if !requested {
+			backoff = p.policy.nextBackoff(backoff, ran)
+			why, wait = "crashed", backoff
 		}
+		p.state = StateBackoff
 		p.mu.Unlock()
-		p.logf("%s (pid %d) %s: %s; restarting in %s", p.Spec.Name, in.pid(), why, p.lastExit, backoff)
+		p.logf("%s (pid %d) %s: %s; restarting in %s", p.Spec.Name, in.pid(), why, p.lastExit, wait)
 
 		select {
 		case <-p.stopCh:
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		p.mu.Lock()
 		if p.stopped {

@@ -2,7 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -134,4 +137,49 @@ func TestSupervisorGivesUpOnACrashLoopAndSaysWhy(t *testing.T) {
 		t.Fatalf("status %+v, want Failed after 3 restarts", st)
 	}
 	<-p.Exited()
+}
+
+// A kill the control plane asked for (a test simulating a crash) is restarted after the initial
+// back-off every time: it is not a crash loop, and a chaos test that kills the same process
+// several times must not wait longer after each kill.
+func TestSupervisorDoesNotBackOffOnRequestedKills(t *testing.T) {
+	var mu sync.Mutex
+	var waits []string
+	cp := testPlane(t, RestartPolicy{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 10 * time.Second, ResetAfter: time.Hour})
+	cp.opts.Logf = func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		if _, wait, ok := strings.Cut(line, "restarting in "); ok {
+			mu.Lock()
+			waits = append(waits, wait)
+			mu.Unlock()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := cp.StartProcess(ctx, ProcessSpec{Name: "sleeper", Path: "/bin/sleep", Args: []string{"600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := p.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A crash from outside still backs off as before: the first after the requested kills waits
+	// the initial back-off, the next one twice that.
+	for range 2 {
+		if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WaitReady(ctx, p.Restarts()+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"20ms", "20ms", "20ms", "20ms", "20ms", "20ms", "40ms"}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits before each restart: %v, want %v", waits, want)
+	}
 }
