@@ -33,19 +33,21 @@ type ProcessSpec struct {
 }
 
 // RestartPolicy says how the supervisor restarts a process that exits on its own, as the kubelet
-// restarts a crashed container: after a backoff that doubles on every quick exit, and never
-// again once the process has crashed GiveUpAfter times within GiveUpWindow.
+// restarts a crashed container: after a backoff that doubles on every quick crash, and never
+// again once the process has crashed GiveUpAfter times within GiveUpWindow. Exits the control
+// plane asked for (Process.Signal, Process.Restart) are restarted after InitialBackoff, are not
+// counted as crashes and do not grow the back-off; unless Disabled, which ends supervision at
+// any exit.
 type RestartPolicy struct {
 	// InitialBackoff is the wait before the first restart (500ms when zero); it doubles up to
-	// MaxBackoff (30s when zero) while the process keeps exiting within ResetAfter of its start.
+	// MaxBackoff (30s when zero) while the process keeps crashing within ResetAfter of its start.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
-	// ResetAfter is how long a process must run for its next exit to count as a first one
-	// again (30s when zero).
+	// ResetAfter is how long an instance must run for the back-off to start again from
+	// InitialBackoff, however the instance ended (30s when zero).
 	ResetAfter time.Duration
 	// GiveUpAfter crashes within GiveUpWindow end supervision (5 and 1m when zero). Exits the
-	// control plane was asked for (Process.Signal, Process.Restart) are restarted after
-	// InitialBackoff: they neither count as crashes nor grow the back-off.
+	// control plane was asked for are not counted.
 	GiveUpAfter  int
 	GiveUpWindow time.Duration
 	// Disabled turns restarts off: the first exit ends supervision (the process is reported
@@ -295,8 +297,12 @@ func (p *Process) supervise() {
 			return
 		}
 		// A kill the control plane asked for is not a crash loop: it restarts after the initial
-		// back-off and leaves the crash back-off where it was.
+		// back-off and leaves the crash back-off where it was, unless the instance ran long
+		// enough for it to start over.
 		why, wait := "was killed on request", p.policy.InitialBackoff
+		if requested && ran >= p.policy.ResetAfter {
+			backoff = 0
+		}
 		if !requested {
 			backoff = p.policy.nextBackoff(backoff, ran)
 			why, wait = "crashed", backoff
@@ -378,18 +384,26 @@ func exitStatus(err error) string {
 }
 
 // Signal sends sig to the running instance. The control plane asked for this: when the
-// instance exits because of it, it is restarted as after a crash but not counted as one. Use it
-// to simulate crashes (SIGKILL) and stalls (SIGSTOP, then SIGCONT).
+// instance exits because of it, it is restarted after the initial back-off, not counted as a
+// crash and without growing the back-off. Use it to simulate crashes (SIGKILL) and stalls
+// (SIGSTOP, then SIGCONT). A signal other than SIGSTOP and SIGCONT that the instance survives
+// marks its next exit as requested too.
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped || p.state != StateRunning {
 		return fmt.Errorf("%s is not running (%s)", p.Spec.Name, p.state)
 	}
+	// Through the instance's os.Process, not its pid: one that has exited and been waited for is
+	// an error, never another process that got the pid. The exit is marked as requested only
+	// once the signal is sent: one that fails leaves a crash a crash.
+	if err := p.inst.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling %s (pid %d): %w", p.Spec.Name, p.inst.pid(), err)
+	}
 	if sig != syscall.SIGSTOP && sig != syscall.SIGCONT {
 		p.requested = true
 	}
-	return syscall.Kill(p.inst.pid(), sig)
+	return nil
 }
 
 // Restart kills the running instance (SIGKILL, as a crash would) and waits until the supervisor

@@ -141,11 +141,12 @@ func TestSupervisorGivesUpOnACrashLoopAndSaysWhy(t *testing.T) {
 
 // A kill the control plane asked for (a test simulating a crash) is restarted after the initial
 // back-off every time: it is not a crash loop, and a chaos test that kills the same process
-// several times must not wait longer after each kill.
+// several times must not wait longer after each kill. The crash back-off stays where crashes
+// left it, and starts over once an instance ran for ResetAfter, however it ended.
 func TestSupervisorDoesNotBackOffOnRequestedKills(t *testing.T) {
 	var mu sync.Mutex
 	var waits []string
-	cp := testPlane(t, RestartPolicy{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 10 * time.Second, ResetAfter: time.Hour})
+	cp := testPlane(t, RestartPolicy{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 10 * time.Second, ResetAfter: 3 * time.Second})
 	cp.opts.Logf = func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
 		t.Log(line)
@@ -161,24 +162,34 @@ func TestSupervisorDoesNotBackOffOnRequestedKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 5 {
-		if err := p.Restart(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A crash from outside still backs off as before: the first after the requested kills waits
-	// the initial back-off, the next one twice that.
-	for range 2 {
+	crash := func() {
+		t.Helper()
+		before := p.Restarts()
+		// kill -9 from outside: a crash.
 		if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.WaitReady(ctx, p.Restarts()+1); err != nil {
+		if err := p.WaitReady(ctx, before+1); err != nil {
 			t.Fatal(err)
 		}
 	}
+	requestedKills := func(n int) {
+		t.Helper()
+		for range n {
+			if err := p.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	crash()           // 20ms; the crash back-off is 20ms
+	requestedKills(3) // 20ms each, the crash back-off untouched
+	crash()           // 40ms: doubled from where the first crash left it
+	time.Sleep(3100 * time.Millisecond)
+	requestedKills(1) // 20ms; the instance ran for ResetAfter: the crash back-off starts over
+	crash()           // 20ms, not 80ms
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"20ms", "20ms", "20ms", "20ms", "20ms", "20ms", "40ms"}
+	want := []string{"20ms", "20ms", "20ms", "20ms", "40ms", "20ms", "20ms"}
 	if !slices.Equal(waits, want) {
 		t.Fatalf("waits before each restart: %v, want %v", waits, want)
 	}
