@@ -44,7 +44,10 @@ import (
 const (
 	coreUser   = "address-controller"
 	driverUser = "test-driver"
-	driverName = "test.drivers.local.sdn.cozystack.io"
+	// coreReportingController is what the core's events name as their reporting controller (the
+	// recorder's name in setup.go).
+	coreReportingController = "address-controller"
+	driverName              = "test.drivers.local.sdn.cozystack.io"
 )
 
 var (
