@@ -120,7 +120,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				// quiet driver; its deletion is a write still to come, not one over settled objects.
 				var releases corev1.ServiceList
 				if err := c.List(ctx, &releases, client.InNamespace(driverNamespace),
-					client.MatchingLabels{"metallb.drivers.local.sdn.cozystack.io/role": "release"}); err != nil {
+					client.MatchingLabels{roleLabel: "release"}); err != nil {
 					return false, err
 				}
 				if len(releases.Items) > 0 {
@@ -138,7 +138,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 				"metallb-iad-claim":   {list: ipamv1.GroupVersion.WithKind("IPAddressClaimList")},
 				"metallb-iad-class":   {list: ipamv1.GroupVersion.WithKind("IPAddressClassList")},
 				"metallb-iad-service": {list: corev1.SchemeGroupVersion.WithKind("ServiceList"), skip: func(o metav1.PartialObjectMetadata) bool {
-					return o.Namespace == driverNamespace && o.Labels["metallb.drivers.local.sdn.cozystack.io/role"] != ""
+					return o.Namespace == driverNamespace && o.Labels[roleLabel] != ""
 				}},
 			})
 			consistently(ctx, t, 3*time.Second, "the restarted driver to write nothing", func(ctx context.Context) (bool, error) {

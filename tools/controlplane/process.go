@@ -300,12 +300,12 @@ func (p *Process) supervise() {
 		// back-off and leaves the crash back-off where it was, unless the instance ran long
 		// enough for it to start over.
 		why, wait := "was killed on request", p.policy.InitialBackoff
-		if requested && ran >= p.policy.ResetAfter {
-			backoff = 0
-		}
-		if !requested {
+		switch {
+		case !requested:
 			backoff = p.policy.nextBackoff(backoff, ran)
 			why, wait = "crashed", backoff
+		case ran >= p.policy.ResetAfter:
+			backoff = 0
 		}
 		p.state = StateBackoff
 		p.mu.Unlock()

@@ -333,7 +333,6 @@ func TestFailedReviewsAreNotKept(t *testing.T) {
 	retry.Duration, retry.Steps = time.Millisecond, 2
 	t.Cleanup(func() { retry = saved })
 	var failing atomic.Bool
-	failing.Store(true)
 	var tokenReviews, accessReviews atomic.Int32
 	cs := fake.NewClientset()
 	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -375,16 +374,23 @@ func TestFailedReviewsAreNotKept(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if got := get("good"); got != http.StatusInternalServerError {
-		t.Fatalf("while the apiserver fails: %d, want 500", got)
+	// failThenRecover: while fail is set a request with token is a 500 after want reviews in all
+	// (count), and once it is cleared the next request is let in (the failure was not kept).
+	failThenRecover := func(what string, fail *atomic.Bool, count *atomic.Int32, want int32, token string) {
+		t.Helper()
+		fail.Store(true)
+		if got := get(token); got != http.StatusInternalServerError {
+			t.Fatalf("while %s fails: %d, want 500", what, got)
+		}
+		if n := count.Load(); n != want {
+			t.Errorf("%s: %d reviews in all, want %d (a first try and two retries on top of earlier ones)", what, n, want)
+		}
+		fail.Store(false)
+		if got := get(token); got != http.StatusOK {
+			t.Fatalf("once %s answers: %d, want 200 (the failure was not kept)", what, got)
+		}
 	}
-	if n := tokenReviews.Load(); n != 3 {
-		t.Errorf("%d TokenReviews for one request, want 3 (a first try and two retries)", n)
-	}
-	failing.Store(false)
-	if got := get("good"); got != http.StatusOK {
-		t.Fatalf("once the apiserver answers: %d, want 200 (the failure was not kept)", got)
-	}
+	failThenRecover("authentication", &failing, &tokenReviews, 3, "good")
 	// A rejected token: 401, kept for RejectedTTL, then asked again.
 	before := tokenReviews.Load()
 	for range 3 {
@@ -403,18 +409,8 @@ func TestFailedReviewsAreNotKept(t *testing.T) {
 	if n := accessReviews.Load(); n != 1 {
 		t.Errorf("%d SubjectAccessReviews, want 1", n)
 	}
-	// A SubjectAccessReview that fails is not kept either: 500, then 200 once it answers.
-	failingAccess.Store(true)
-	if got := get("other"); got != http.StatusInternalServerError {
-		t.Fatalf("while authorization fails: %d, want 500", got)
-	}
-	if n := accessReviews.Load(); n != 4 {
-		t.Errorf("%d SubjectAccessReviews in all, want 4 (one before, then a first try and two retries)", n)
-	}
-	failingAccess.Store(false)
-	if got := get("other"); got != http.StatusOK {
-		t.Fatalf("once authorization answers: %d, want 200 (the failure was not kept)", got)
-	}
+	// A SubjectAccessReview that fails is not kept either: one review before, then three.
+	failThenRecover("authorization", &failingAccess, &accessReviews, 4, "other")
 }
 
 // decisionKey tells apart every field a SubjectAccessReview is asked about, whatever the order
