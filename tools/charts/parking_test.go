@@ -190,15 +190,18 @@ func TestParkingPoliciesGating(t *testing.T) {
 		vap    bool
 		// driverParks: the driver's own parking (--parking) follows the values, not the served
 		// kinds: where the policies cannot be installed, the driver's parking is all there is.
+		// (Also where the admission policies are turned off: issue 29, defect 3.)
 		driverParks bool
+		// parkingEvents: the parking-events policy is rendered.
+		parkingEvents bool
 	}{
-		{"served, defaults", nil, ServedKinds, 2, true, true},
-		{"not served (before 1.36)", nil, nil, 0, true, true},
-		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true, true},
-		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true, true},
-		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true, false},
-		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false, false},
-		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true, true},
+		{"served, defaults", nil, ServedKinds, 2, true, true, true},
+		{"not served (before 1.36)", nil, nil, 0, true, true, true},
+		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true, true, true},
+		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true, true, true},
+		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true, false, false},
+		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false, true, false},
+		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderDriverFor(t, tc.values, tc.kinds)
@@ -215,10 +218,11 @@ func TestParkingPoliciesGating(t *testing.T) {
 				t.Errorf("service-pins policy rendered: %v, want %v", objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil, tc.vap)
 			}
 			// The parking-events policy goes with parking itself, MutatingAdmissionPolicy served
-			// or not: the driver parks without the mutating policies too.
+			// or not (the driver parks without the mutating policies too), while the admission
+			// policies are on.
 			for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-				if got := objs[kind+"/metallb-iad-parking-events"] != nil; got != tc.driverParks {
-					t.Errorf("%s metallb-iad-parking-events rendered: %v, want %v", kind, got, tc.driverParks)
+				if got := objs[kind+"/metallb-iad-parking-events"] != nil; got != tc.parkingEvents {
+					t.Errorf("%s metallb-iad-parking-events rendered: %v, want %v", kind, got, tc.parkingEvents)
 				}
 				// The hand-over-events policy goes with the admission policies, parking or not:
 				// every attach hands an address over.
