@@ -433,9 +433,17 @@ func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 	if !h.inIngress || h.inExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {
 		return false
 	}
-	// Only while MetalLB hands the pool's IPs out on request alone (with an auto-assigning pool,
-	// or none, the class is refused and the premise is false).
-	if v.pool == nil || v.pool.Spec.AutoAssign == nil || *v.pool.Spec.AutoAssign {
+	// Only while MetalLB hands the IP out on request alone: the IP inside the class's pool, and
+	// that pool not auto-assigning (with an auto-assigning pool, or none, the class is refused
+	// and the premise is false). Never for a Lost address: an IP the class's pool no longer
+	// includes may well be served, unasked and rightly, from another pool an admin gave it to.
+	if v.pool == nil || v.pool.Spec.AutoAssign == nil || *v.pool.Spec.AutoAssign || !poolContains(v.pool, v.ip) {
+		return false
+	}
+	if v.class == nil {
+		return false
+	}
+	if reason, _ := lostVerdict(v); reason != "" {
 		return false
 	}
 	// A Service cleared clearLimit times within clearMemoryFor that shows the IP again is not
@@ -453,6 +461,17 @@ func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 		return false // the Service reconciler is moving it
 	}
 	return len(ForeignPins(s)) == 0
+}
+
+// servedUnasked: a Service MetalLB serves that requests no address, showing the IP of an
+// address that is Lost because the class's pool no longer includes it (MetalLB gave the IP from
+// whichever pool includes it now).
+func servedUnasked(v addressView, s *corev1.Service) bool {
+	if v.class == nil || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil || len(ForeignPins(s)) > 0 {
+		return false
+	}
+	reason, _ := lostVerdict(v)
+	return reason == ReasonOutsidePool || reason == ReasonPoolNotFound
 }
 
 // releasing: a Service this driver pinned (its marker, which tenants cannot write) or is
@@ -505,6 +524,11 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 			(s.Namespace == v.namespace && s.Labels[LabelRole] == RoleProvisioning):
 			// (A provisioning placeholder of this driver is settled by the claim reconciler.)
 			continue
+		case servedUnasked(v, s):
+			// A Lost address's IP, served from a pool other than the class's: the tenant did
+			// nothing wrong; the admin decides where the IP belongs.
+			why = fmt.Sprintf("holds %s, reserved as IPAddress %s, which MetalLB assigned it from another pool: the class's pool no longer includes it; "+
+				"an admin can return the IP to that pool or release the address", v.ip, a.Name)
 		default:
 			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.ip, a.Name)
 		}

@@ -380,6 +380,40 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"issue 29 defect 2: the class's pool shrunk past the IP, which an auto-assigning pool now serves: never cleared (Lost), a Conflict that says so", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = testPool("203.0.113.8/29") // no longer includes .5; autoAssign: false still
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.holders = []holder{{svc: svc("x", "plain", "plain", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatalf("cleared the status of %s, which MetalLB serves from another pool", p.clearIngress[0].svc.Name)
+			}
+			for _, e := range p.events {
+				if e.reason == ReasonStaleIngressCleared {
+					t.Fatalf("said %+v", e)
+				}
+			}
+			if c := cond(p, ipamv1.ConditionLost); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonOutsidePool {
+				t.Fatalf("lost %+v", c)
+			}
+			c := cond(p, ipamv1.ConditionConflict)
+			if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "x/plain") {
+				t.Fatalf("conflict %+v", c)
+			}
+			for _, e := range p.events {
+				if e.reason == ReasonServiceConflict && (strings.Contains(e.message, "annotation") || !strings.Contains(e.message, "pool")) {
+					t.Errorf("the Warning on the Service blames a request it does not make: %q", e.message)
+				}
+			}
+		}},
+		{"issue 29 defect 2: the class's pool gone: never cleared", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.pool = nil
+			v.holders = []holder{{svc: svc("x", "plain", "plain", ip), inIngress: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if len(p.clearIngress) != 0 {
+				t.Fatal("cleared")
+			}
+		}},
 		{"issue 13 review: with an auto-assigning pool MetalLB may hand the IP out unasked: a Conflict, not a clear", view(testAddress(ip, Finalizer), func(v *addressView) {
 			yes := true
 			v.pool.Spec.AutoAssign = &yes
