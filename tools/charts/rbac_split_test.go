@@ -188,3 +188,39 @@ func TestMetalLBIADRBACSplit(t *testing.T) {
 		}
 	}
 }
+
+// coreClassVerbs are all the core may do to IPAddressClasses: read them, and patch their
+// finalizer and the auto-claim-enabled-at stamp. It never sends a whole class back (update).
+var coreClassVerbs = []string{"get", "list", "watch", "patch"}
+
+// Least privilege on classes (issue 31, item 4): the ClusterRole the core's chart binds to its
+// ServiceAccount grants on ipaddressclasses nothing beyond coreClassVerbs, wildcards counted,
+// and patch is among them.
+func TestAddressControllerClassVerbs(t *testing.T) {
+	objs := render(t, "address-controller", nil)
+	role := objs["ClusterRole/address-controller"]
+	if role == nil || objs["ClusterRoleBinding/address-controller"] == nil {
+		t.Fatalf("missing the core's ClusterRole or its binding; got %v", keys(objs))
+	}
+	var granted []string
+	rules, _ := dig(role, "rules").([]any)
+	for _, r := range rules {
+		rule, _ := r.(map[string]any)
+		groups, resources := toStrings(rule["apiGroups"]), toStrings(rule["resources"])
+		if !slices.Contains(groups, "local.sdn.cozystack.io") && !slices.Contains(groups, "*") {
+			continue
+		}
+		if !slices.Contains(resources, "ipaddressclasses") && !slices.Contains(resources, "*") {
+			continue
+		}
+		granted = append(granted, toStrings(rule["verbs"])...)
+	}
+	for _, v := range granted {
+		if !slices.Contains(coreClassVerbs, v) {
+			t.Errorf("the core's ClusterRole grants %q on ipaddressclasses (allowed: %v)", v, coreClassVerbs)
+		}
+	}
+	if !slices.Contains(granted, "patch") {
+		t.Errorf("the core's ClusterRole grants %v on ipaddressclasses: its finalizer needs patch", granted)
+	}
+}

@@ -2,8 +2,9 @@ package controller
 
 // The core's permissions, from which `make generate` writes config/rbac/role.yaml (and the chart
 // its ClusterRole). Least privilege: the core never creates addresses (drivers do), and only
-// reads classes besides managing their finalizer; for auto-claim
-// it reads Services and creates claims, nothing more.
+// reads classes besides patching their finalizer and auto-claim stamp (patch, never update: it
+// never sends a whole class back); for auto-claim it reads Services and creates claims, nothing
+// more.
 //
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims,verbs=get;list;watch;create;patch;update
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclaims/status,verbs=get;patch;update
@@ -11,7 +12,7 @@ package controller
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses,verbs=get;list;watch;patch;update;delete
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddresses/finalizers,verbs=update
-// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=local.sdn.cozystack.io,resources=ipaddressclasses/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
