@@ -50,8 +50,9 @@ type IPAddressClaimSpec struct {
 	Family IPFamily `json:"family,omitempty"`
 
 	// addressName binds exactly this IPAddress (by object name, such as ip-203-0-113-7)
-	// instead of any Available address of the class; it must be Available (or already bound to
-	// this claim) and of the claim's family. A claim with addressName and no className takes
+	// instead of any Available address of the class; it must be Available (or pre-bound to
+	// this claim, without a uid or with this claim's: a Released address an earlier claim of
+	// the same name left is not this claim's) and of the claim's family. A claim with addressName and no className takes
 	// the class of that address. Single-family claims only. Immutable once the claim exists.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

@@ -615,9 +615,10 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 // every one).
 func (r *ClaimReconciler) bindFirst(ctx context.Context, claim *ipamv1.IPAddressClaim, candidates []*ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
 	for _, a := range candidates {
-		// A named address may still name this claim's namespace/name from an earlier claim of
-		// the same name (Released): the new claim takes it back.
-		if ref := a.Spec.ClaimRef; ref != nil && (ref.Namespace != claim.Namespace || ref.Name != claim.Name) {
+		// Only an unbound address, or one pre-bound to this claim by namespace and name without a
+		// uid, is bound. An address that still names an earlier claim of the same name (Released,
+		// with that claim's uid) is not this claim's (docs/design.md).
+		if !bindableBy(claim, a) {
 			continue
 		}
 		bound, err := r.bind(ctx, claim, a)
@@ -641,6 +642,11 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 	}
 	if ref := a.Spec.ClaimRef; ref != nil && !(ref.Namespace == claim.Namespace && ref.Name == claim.Name) {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is bound to claim %s/%s", a.Name, ref.Namespace, ref.Name)}
+	}
+	if !bindableBy(claim, a) {
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf(
+			"IPAddress %s is retained for an earlier claim named %s/%s, not this one; if it should be yours, ask an admin to free it (clear its spec.claimRef)",
+			a.Name, claim.Namespace, claim.Name)}
 	}
 	return nil
 }

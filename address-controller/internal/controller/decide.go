@@ -106,6 +106,16 @@ func sortClaimAddresses(claim *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress) 
 	return out
 }
 
+// bindableBy: claim may bind a: the address is unbound, or names the claim by namespace and name
+// with the claim's uid or none (an admin pre-bound it before the claim existed). A claimRef with
+// another uid is an earlier claim's of the same name, a Released address it keeps until an admin
+// frees it: a claim created later under that name, in a namespace deleted and created again
+// perhaps, is another tenant's (docs/design.md).
+func bindableBy(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) bool {
+	ref := a.Spec.ClaimRef
+	return ref == nil || ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID)
+}
+
 func addressFamily(a *ipamv1.IPAddress) (ipamv1.IPFamily, bool) {
 	ip, err := ipamv1.ParseCanonical(a.Spec.Address)
 	if err != nil {

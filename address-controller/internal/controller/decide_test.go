@@ -466,3 +466,30 @@ func TestSawBoundIsNeverLaterThanNow(t *testing.T) {
 		t.Errorf("a claim not Bound counted as a bind")
 	}
 }
+
+// A claim binds an unbound address, or one that names it with its own uid or none; never one
+// that names another claim, nor an earlier claim of its own name (another uid).
+func TestBindableBy(t *testing.T) {
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "new"}}
+	for _, tc := range []struct {
+		name string
+		ref  *ipamv1.ClaimReference
+		want bool
+	}{
+		{"unbound", nil, true},
+		{"pre-bound without uid", &ipamv1.ClaimReference{Namespace: "ns", Name: "c"}, true},
+		{"its own uid", &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: "new"}, true},
+		{"an earlier claim of its name", &ipamv1.ClaimReference{Namespace: "ns", Name: "c", UID: "old"}, false},
+		{"another claim", &ipamv1.ClaimReference{Namespace: "ns", Name: "d"}, false},
+		{"another namespace", &ipamv1.ClaimReference{Namespace: "other", Name: "c"}, false},
+	} {
+		a := addr("a", "203.0.113.1", t0, tc.ref)
+		if got := bindableBy(claim, &a); got != tc.want {
+			t.Errorf("%s: bindableBy %v, want %v", tc.name, got, tc.want)
+		}
+		w := checkNamedAddress(claim, &a, "", ipamv1.IPv4)
+		if (w == nil) != tc.want || w != nil && w.reason != ipamv1.ReasonAddressUnusable {
+			t.Errorf("%s: checkNamedAddress %+v, want usable %v", tc.name, w, tc.want)
+		}
+	}
+}
