@@ -21,13 +21,17 @@ IMAGES_DERIVED := images.yaml packages charts README.md docs
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
+# The MetalLB controller every target builds and runs: empty means the version Cozystack ships,
+# tools/binaries' DefaultMetalLBVersion; another pinned one (tools/binaries/metallb/<version>)
+# with METALLB_VERSION=v0.15.2.
+export METALLB_VERSION
 
 .PHONY: help
 help: ## List the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
-binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB, controller-gen, golangci-lint and the distribution registry.
+binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB (METALLB_VERSION), controller-gen, golangci-lint and the distribution registry.
 	$(BINARIES) build
 
 .PHONY: generate

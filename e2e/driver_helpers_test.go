@@ -50,6 +50,11 @@ func tenantNamespace(ctx context.Context, t *testing.T, c client.Client, name st
 // newPool creates a MetalLB pool in cozy-metallb. autoAssign nil leaves MetalLB's default (true).
 func newPool(ctx context.Context, t *testing.T, c client.Client, name string, autoAssign *bool, addresses ...string) {
 	t.Helper()
+	createPool(ctx, t, c, newPoolObject(name, autoAssign, addresses...))
+}
+
+// newPoolObject is newPool's pool, not created yet (for a test to add to its spec).
+func newPoolObject(name string, autoAssign *bool, addresses ...string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(poolGVK)
 	u.SetNamespace(metallbNamespace)
@@ -59,6 +64,12 @@ func newPool(ctx context.Context, t *testing.T, c client.Client, name string, au
 		spec["autoAssign"] = *autoAssign
 	}
 	u.Object["spec"] = spec
+	return u
+}
+
+// createPool creates a pool, deleted at the end of the test.
+func createPool(ctx context.Context, t *testing.T, c client.Client, u *unstructured.Unstructured) {
+	t.Helper()
 	if err := c.Create(ctx, u); err != nil {
 		t.Fatal(err)
 	}

@@ -346,7 +346,7 @@ func noParkingWarnings(ctx context.Context, t *testing.T, c client.Client, ns st
 func metallbRefusedEvents(t *testing.T, auditLog, ns string, since time.Time) map[string]int {
 	t.Helper()
 	evs, err := controlplane.AuditWrites(auditLog, func(e controlplane.AuditEvent) bool {
-		return e.User.Username == controlplane.MetalLBUser && e.ObjectRef != nil && e.ObjectRef.Resource == "events" &&
+		return e.User.Username == controlplane.MetalLBUser(controlplane.DefaultMetalLBNamespace) && e.ObjectRef != nil && e.ObjectRef.Resource == "events" &&
 			e.ObjectRef.Namespace == ns && e.ResponseStatus != nil && e.ResponseStatus.Code == 403 && !e.Stamp.Before(since)
 	})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
 // Identities the audit log knows the writers by, as the sandbox runs them.
@@ -28,7 +30,7 @@ func identityOf(username string) string {
 		return IdentityCore
 	case "system:serviceaccount:cozy-metallb-iad:metallb-iad":
 		return IdentityDriver
-	case "metallb-controller":
+	case controlplane.MetalLBUser(controlplane.DefaultMetalLBNamespace):
 		return IdentityMetalLB
 	case "local-admin":
 		return IdentityBench

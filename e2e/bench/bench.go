@@ -11,6 +11,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -274,6 +275,23 @@ var measured = []string{"address-controller", "metallb-iad", "metallb-controller
 
 // controllers are the project's processes with controller-runtime metrics.
 var controllers = []string{"address-controller", "metallb-iad"}
+
+// metallbController is MetalLB's controller process.
+const metallbController = "metallb-controller"
+
+// scrapeMetalLB reads MetalLB's controller-runtime metrics where it serves them (v0.16 and
+// later, over HTTPS with a ServiceAccount token, as Prometheus would); nil before.
+func (r *runner) scrapeMetalLB(ctx context.Context) (Metrics, error) {
+	ep := r.s.MetalLBMetrics
+	if ep == nil || !strings.HasPrefix(ep.URL, "https:") {
+		return nil, nil
+	}
+	body, err := ep.Scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetrics(bytes.NewReader(body), metricPrefixes...)
+}
 
 func newRunner(ctx context.Context, cfg Config, s *sandbox.Sandbox, logf func(string, ...any)) (*runner, error) {
 	scheme := kruntime.NewScheme()
@@ -809,6 +827,11 @@ func (r *runner) snapshot(ctx context.Context) snapshot {
 			r.logf("scraping %s: %v", name, err)
 		}
 	}
+	if m, err := r.scrapeMetalLB(ctx); err == nil && m != nil {
+		s.metrics[metallbController] = m
+	} else if err != nil {
+		r.logf("scraping %s: %v", metallbController, err)
+	}
 	for _, name := range measured {
 		if p := r.procs[name]; p != nil {
 			if st, err := ReadProc(p.Pid()); err == nil {
@@ -847,11 +870,19 @@ func (r *runner) account(step *Step, before, after snapshot) error {
 		}
 	}
 	step.ProjectReconcilesPerObject = step.ProjectReconciles / float64(step.N)
+	// MetalLB's own controllers (from v0.16, whose metrics are served over HTTPS with a token):
+	// reported beside the project's, never counted as the project's.
+	if a, b := after.metrics[metallbController], before.metrics[metallbController]; a != nil && b != nil {
+		d := Delta(b, a)
+		step.Controllers[metallbController] = ControllerStatsFrom(d, a, step.N)
+		step.RESTRequests[metallbController] = RESTStatsFrom(d, window)
+	}
 	step.MetalLB, err = ReadMetalLBWork(r.procs["metallb-controller"].LogPath, before.metallbOff, after.metallbOff)
 	if err != nil {
 		return fmt.Errorf("reading MetalLB's log: %w", err)
 	}
 	step.MetalLBWrites = step.Writes.ByIdentity[IdentityMetalLB].Total
+	step.MetalLBRefusedEvents = refusedEventWrites(writes, IdentityMetalLB)
 	step.Processes = map[string]ProcStep{}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -868,8 +899,20 @@ func (r *runner) account(step *Step, before, after snapshot) error {
 			CPUFraction: (a.CPUSeconds - b.CPUSeconds) / window.Seconds(),
 		}
 	}
+	step.APIServerCPUPerObject = step.Processes["kube-apiserver"].CPUSeconds / float64(step.N)
 	step.LoadAvg = loadAvg()
 	return nil
+}
+
+// refusedEventWrites counts id's event writes answered 403 or 404.
+func refusedEventWrites(writes []Write, id string) int {
+	n := 0
+	for _, w := range writes {
+		if w.Identity == id && w.Resource == "events" && (w.Code == 403 || w.Code == 404) {
+			n++
+		}
+	}
+	return n
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

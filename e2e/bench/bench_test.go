@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
 func auditLineJSON(user, verb, resource, sub string, code int, stamp string) string {
@@ -27,7 +28,7 @@ func TestParseWritesKeepsWritesAndSkipsAPartialFirstLine(t *testing.T) {
 	lines := []string{
 		auditLineJSON(core, "patch", "ipaddressclaims", "status", 200, "2026-11-30T01:00:00.100Z"),
 		auditLineJSON(core, "get", "ipaddressclaims", "", 200, "2026-11-30T01:00:00.200Z"),
-		auditLineJSON("metallb-controller", "update", "services", "status", 409, "2026-11-30T01:00:01.000Z"),
+		auditLineJSON(controlplane.MetalLBUser(controlplane.DefaultMetalLBNamespace), "update", "services", "status", 409, "2026-11-30T01:00:01.000Z"),
 		`{"truncated`,
 	}
 	log := strings.Join(lines, "\n") + "\n"

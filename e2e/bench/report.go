@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -92,7 +93,14 @@ type Step struct {
 	ProjectReconcilesPerObject float64                               `json:"projectReconcilesPerObject"`
 	RESTRequests               map[string]RESTStats                  `json:"restRequests"`
 	MetalLB                    MetalLBWork                           `json:"metallb"`
-	Processes                  map[string]ProcStep                   `json:"processes"`
+	// MetalLBRefusedEvents are MetalLB's event writes the apiserver answered 403 (an admission
+	// policy refused them) or 404 (client-go's event correlator patching an event that was
+	// never created because it had been refused): each refused report costs MetalLB one of each
+	// from its second occurrence on.
+	MetalLBRefusedEvents int                 `json:"metallbRefusedEventWrites"`
+	Processes            map[string]ProcStep `json:"processes"`
+	// APIServerCPUPerObject is kube-apiserver's CPU seconds in the step's window over N.
+	APIServerCPUPerObject float64 `json:"apiserverCPUSecondsPerObject"`
 	LoadAvg                    float64                               `json:"loadAvgEnd"`
 }
 
@@ -258,8 +266,8 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("")
 	p("### Steps")
 	p("")
-	p("| step | Services at start | time | objects/s | creates took | settled after | project writes (/object) | project reconciles (/object) | MetalLB writes | MetalLB reconciles: service / reprocess-all / pool-status |")
-	p("|---|---|---|---|---|---|---|---|---|---|")
+	p("| step | Services at start | time | objects/s | creates took | settled after | project writes (/object) | project reconciles (/object) | MetalLB writes (refused events) | MetalLB reconciles: service / reprocess-all / pool-status | kube-apiserver CPU s /object |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range rep.Steps {
 		timed := fmt.Sprintf("%.1f s", s.Seconds)
 		if s.TimedOut {
@@ -272,10 +280,10 @@ func (rep *Report) WriteText(w io.Writer) {
 		if !s.QuietAtStart {
 			timed += " (began before the cluster was quiet)"
 		}
-		p("| %s | %d | %s | %.1f | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d | %d / %d / %d |", s.Name, s.PopulationAtStart, timed,
+		p("| %s | %d | %s | %.1f | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d (%d) | %d / %d / %d | %.3f |", s.Name, s.PopulationAtStart, timed,
 			s.PerSecond, s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
-			s.ProjectReconcilesPerObject, s.MetalLBWrites, s.MetalLB.Reconciles["service"], s.MetalLB.Reconciles["reprocess-all"],
-			s.MetalLB.Reconciles["pool-status"])
+			s.ProjectReconcilesPerObject, s.MetalLBWrites, s.MetalLBRefusedEvents, s.MetalLB.Reconciles["service"],
+			s.MetalLB.Reconciles["reprocess-all"], s.MetalLB.Reconciles["pool-status"], s.APIServerCPUPerObject)
 	}
 	p("")
 	p("### Writes by identity (audit log)")
@@ -302,12 +310,12 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 	}
 	p("")
-	p("### The project's controllers (controller-runtime metrics)")
+	p("### Controllers (controller-runtime metrics; MetalLB's from v0.16, not counted as the project's)")
 	p("")
 	p("| step | controller | reconciles (/object) | errors | requeues | queue adds | mean wait in queue | mean work | workers |")
 	p("|---|---|---|---|---|---|---|---|---|")
 	for _, s := range rep.Steps {
-		for _, proc := range controllers {
+		for _, proc := range append(slices.Clone(controllers), metallbController) {
 			names := make([]string, 0, len(s.Controllers[proc]))
 			for n := range s.Controllers[proc] {
 				names = append(names, n)

@@ -21,8 +21,12 @@ import (
 
 // Component is one pinned upstream project and the commands built from it.
 type Component struct {
-	// Name is the cache key and the name of the pin module's directory.
+	// Name is the cache key and, unless Pin says otherwise, the name of the pin module's
+	// directory.
 	Name string
+	// Pin is the pin module's directory under the pins directory when it is not Name (a
+	// component pinned at several versions keeps one pin module per version).
+	Pin string
 	// Module is the upstream Go module the pin requires.
 	Module string
 	// Version is the upstream version; it must match the pin module's go.mod.
@@ -39,12 +43,14 @@ type Component struct {
 }
 
 const (
-	KubernetesVersion    = "v1.37.2"
-	EtcdVersion          = "v3.6.16"
-	MetalLBVersion       = "v0.15.2"
-	ControllerGenVersion = "v0.23.0"
-	GolangCILintVersion  = "v2.15.0"
-	DistributionVersion  = "v3.1.2"
+	KubernetesVersion = "v1.37.2"
+	EtcdVersion       = "v3.6.16"
+	// DefaultMetalLBVersion is the MetalLB that Cozystack ships (its packages/system/metallb
+	// chart): the version every command and test uses unless METALLB_VERSION names another.
+	DefaultMetalLBVersion = "v0.16.1"
+	ControllerGenVersion  = "v0.23.0"
+	GolangCILintVersion   = "v2.15.0"
+	DistributionVersion   = "v3.1.2"
 )
 
 var (
@@ -74,17 +80,10 @@ var (
 		Packages: []string{"go.etcd.io/etcd/server/v3"},
 		Commands: []string{"etcd"},
 	}
-	MetalLB = Component{
-		Name:     "metallb",
-		Module:   "go.universe.tf/metallb",
-		Version:  MetalLBVersion,
-		Packages: []string{"go.universe.tf/metallb/controller"},
-		Commands: []string{"metallb-controller"},
-		Files: map[string]string{
-			"config/crd/bases": "crds",
-			"charts/metallb":   "chart",
-		},
-	}
+	// MetalLBVersion is the MetalLB version in use: $METALLB_VERSION, else DefaultMetalLBVersion.
+	MetalLBVersion = metalLBVersionFromEnv()
+	// MetalLB is MetalLB's controller at MetalLBVersion.
+	MetalLB       = MetalLBAt(MetalLBVersion)
 	ControllerGen = Component{
 		Name:     "controller-gen",
 		Module:   "sigs.k8s.io/controller-tools",
@@ -111,11 +110,55 @@ var (
 	}
 )
 
+// MetalLBVersions are the MetalLB versions with a pin module (tools/binaries/metallb/<version>),
+// newest first. Adding one is a directory with a go.mod requiring it (`go mod tidy` fills in the
+// rest) and a line here.
+var MetalLBVersions = []string{"v0.16.1", "v0.15.2"}
+
+// MetalLBAt is MetalLB's controller at version, cached under its own key like every component
+// (its CRDs and Helm chart are copied beside it).
+func MetalLBAt(version string) Component {
+	return Component{
+		Name:     "metallb",
+		Pin:      "metallb/" + version,
+		Module:   "go.universe.tf/metallb",
+		Version:  version,
+		Packages: []string{"go.universe.tf/metallb/controller"},
+		Commands: []string{"metallb-controller"},
+		Files: map[string]string{
+			"config/crd/bases": "crds",
+			"charts/metallb":   "chart",
+		},
+	}
+}
+
+func metalLBVersionFromEnv() string {
+	if v := os.Getenv("METALLB_VERSION"); v != "" {
+		return v
+	}
+	return DefaultMetalLBVersion
+}
+
+// PinDir is the pin module's directory under the pins directory.
+func (c Component) PinDir() string {
+	if c.Pin != "" {
+		return c.Pin
+	}
+	return c.Name
+}
+
 // All lists every component, in build order (fast ones first).
 var All = []Component{ControllerGen, GolangCILint, Etcd, Distribution, MetalLB, Kubernetes}
 
-// ByName returns the component called name.
+// ByName returns the component called name; "metallb@v0.15.2" names MetalLB at another
+// version than the one in use.
 func ByName(name string) (Component, bool) {
+	if n, v, ok := strings.Cut(name, "@"); ok {
+		if n != MetalLB.Name || v == "" {
+			return Component{}, false
+		}
+		return MetalLBAt(v), true
+	}
 	for _, c := range All {
 		if c.Name == name {
 			return c, true

@@ -1,6 +1,7 @@
 package binaries
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,8 +12,12 @@ import (
 // The cache key is the version in the code; the build uses the pin module's go.mod. They must
 // agree, or the cache would lie about what it holds.
 func TestPinModulesRequireTheCodesVersions(t *testing.T) {
-	for _, c := range All {
-		data, err := os.ReadFile(filepath.Join(c.Name, "go.mod"))
+	comps := All
+	for _, v := range MetalLBVersions {
+		comps = append(comps, MetalLBAt(v))
+	}
+	for _, c := range comps {
+		data, err := os.ReadFile(filepath.Join(c.PinDir(), "go.mod"))
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -86,4 +91,38 @@ func TestBuildFailureNamesTheComponent(t *testing.T) {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// METALLB_VERSION picks the MetalLB every command and test uses; each version is cached under its
+// own key, and a version without a pin module is refused with the versions that have one.
+func TestMetalLBVersionIsAKnob(t *testing.T) {
+	if MetalLBVersions[0] != DefaultMetalLBVersion {
+		t.Fatalf("the newest pinned MetalLB is %s, the default %s", MetalLBVersions[0], DefaultMetalLBVersion)
+	}
+	t.Setenv("METALLB_VERSION", "")
+	if v := metalLBVersionFromEnv(); v != DefaultMetalLBVersion {
+		t.Fatalf("without METALLB_VERSION the version is %s", v)
+	}
+	t.Setenv("METALLB_VERSION", "v0.15.2")
+	if v := metalLBVersionFromEnv(); v != "v0.15.2" {
+		t.Fatalf("METALLB_VERSION=v0.15.2 gives %s", v)
+	}
+	t.Setenv("RESERVED_IPS_BIN_CACHE", "/c")
+	a, _ := MetalLBAt("v0.15.2").Dir()
+	b, _ := MetalLBAt("v0.16.1").Dir()
+	if a == b || !strings.Contains(a, "/metallb/v0.15.2-") {
+		t.Fatalf("versions share a cache directory or are not keyed by version: %s, %s", a, b)
+	}
+	c, ok := ByName("metallb@v0.15.2")
+	if !ok || c.Version != "v0.15.2" || c.PinDir() != "metallb/v0.15.2" {
+		t.Fatalf("ByName(metallb@v0.15.2) = %+v, %v", c, ok)
+	}
+	if _, ok := ByName("etcd@v3.0.0"); ok {
+		t.Fatal("only MetalLB is pinned at several versions")
+	}
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Ensure(MetalLBAt("v0.9.9"))
+	if err == nil || !strings.Contains(err.Error(), "v0.16.1") || !strings.Contains(err.Error(), "no pin module for metallb v0.9.9") {
+		t.Fatalf("an unpinned version should be refused naming the pinned ones: %v", err)
+	}
 }

@@ -56,7 +56,7 @@ func (b *Builder) Ensure(c Component) error {
 }
 
 func (b *Builder) build(c Component) error {
-	pin := filepath.Join(b.PinsDir, c.Name)
+	pin := filepath.Join(b.PinsDir, c.PinDir())
 	if err := b.checkPin(c, pin); err != nil {
 		return err
 	}
@@ -112,6 +112,16 @@ func (b *Builder) build(c Component) error {
 // cache key can never lie about what was built.
 func (b *Builder) checkPin(c Component, pin string) error {
 	if _, err := os.Stat(filepath.Join(pin, "go.mod")); err != nil {
+		if c.Pin != "" {
+			// A component pinned at several versions: say which ones exist.
+			known, _ := filepath.Glob(filepath.Join(filepath.Dir(pin), "*", "go.mod"))
+			var versions []string
+			for _, k := range known {
+				versions = append(versions, filepath.Base(filepath.Dir(k)))
+			}
+			return fmt.Errorf("no pin module for %s %s (%s missing; pinned versions: %s): add one, a go.mod requiring %s %s, and list it in the code",
+				c.Name, c.Version, pin, strings.Join(versions, ", "), c.Module, c.Version)
+		}
 		return fmt.Errorf("pin module %s not found (run from the checkout, or pass -pins): %w", pin, err)
 	}
 	out, err := b.run(pin, "", "list", "-m", "-f", "{{.Version}}", c.Module)

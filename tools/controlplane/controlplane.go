@@ -45,8 +45,6 @@ const (
 	ServiceCIDRs = "10.96.0.0/16,fd00:10:96::/112"
 	// AdminUser is the identity of the admin kubeconfig (group system:masters).
 	AdminUser = "local-admin"
-	// MetalLBUser is the identity MetalLB's controller runs as (group system:masters).
-	MetalLBUser = "metallb-controller"
 )
 
 // Options configures Start. The zero value starts everything.
@@ -84,6 +82,8 @@ type ControlPlane struct {
 	AuditLog string
 	// MetalLBNamespace is where MetalLB's controller watches its configuration.
 	MetalLBNamespace string
+	// MetalLBMetrics is where MetalLB's controller serves its metrics (nil without MetalLB).
+	MetalLBMetrics *MetricsEndpoint
 
 	opts    Options
 	ownsDir bool
@@ -327,7 +327,6 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		// identity for every controller, the bootstrap role system:kube-controller-manager
 		// is too narrow (the aggregation controller could not patch ClusterRoles).
 		"kube-controller-manager": {"system:kube-controller-manager", "system:masters"},
-		"metallb":                 {MetalLBUser, "system:masters"},
 	} {
 		var groups []string
 		if id[1] != "" {

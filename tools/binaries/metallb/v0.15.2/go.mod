@@ -1,5 +1,5 @@
 // Builds MetalLB's controller (and carries its CRDs) for the local control plane.
-module github.com/cozystack/reserved-ips/tools/binaries/metallb
+module github.com/cozystack/reserved-ips/tools/binaries/metallb/v0.15.2
 
 go 1.26.0
 
