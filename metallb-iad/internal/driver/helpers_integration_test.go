@@ -217,8 +217,8 @@ func startSlowFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix, delay 
 }
 
 func (f *fakeMetalLB) mine(s *corev1.Service) bool {
-	if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer || foreignClass(s) {
+		return false // (MetalLB leaves a Service of another load-balancer class alone)
 	}
 	if s.Annotations[metallb.AnnotationAddressPool] == f.pool {
 		return true

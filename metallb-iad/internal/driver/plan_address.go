@@ -382,13 +382,14 @@ func lostVerdict(v addressView) (reason, message string) {
 }
 
 // adoptingService is a Service that serves the IP and links to the address's claim while the
-// address is not attached yet.
+// address is not attached yet. Not one of another load-balancer class: the Service reconciler
+// never attaches it, so waiting for it would leave the IP unheld in MetalLB.
 func adoptingService(v addressView) *corev1.Service {
 	if v.attached != nil || v.addr.Spec.ClaimRef == nil {
 		return nil
 	}
 	for _, h := range v.holders {
-		if h.inIngress && h.linksToClaim {
+		if h.inIngress && h.linksToClaim && !foreignClass(h.svc) {
 			return h.svc
 		}
 	}

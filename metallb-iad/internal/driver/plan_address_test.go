@@ -186,6 +186,22 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatal("the attached Service is no conflict")
 			}
 		}},
+		{"issue 29 defect 1: a Service of another load-balancer class showing the IP and naming the claim is not adopted: the address is held, a Conflict", view(testAddress(ip, Finalizer), func(v *addressView) {
+			other := svc("t", "other-lb", "other-lb", ip)
+			class := "example.com/other-lb"
+			other.Spec.LoadBalancerClass = &class
+			v.holders = []holder{{svc: other, inIngress: true, linksToClaim: true}}
+		}), func(t *testing.T, p addressPlan) {
+			if p.createHold == nil {
+				t.Fatalf("no hold: %+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason == ReasonAdopting {
+				t.Fatalf("%+v", c)
+			}
+			if c := cond(p, ipamv1.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("%+v", c)
+			}
+		}},
 		{"attached Service gone: attachment cleared, hold again", view(func() *ipamv1.IPAddress {
 			a := testAddress(ip, Finalizer)
 			a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "old"}

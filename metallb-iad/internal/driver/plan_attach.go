@@ -26,11 +26,17 @@ const (
 	// while the reservation holds the IP; in a tenant namespace the chart's hand-over-events
 	// policy keeps MetalLB's own report of that off the Service, so the driver says it.
 	ReasonReservedAddressRequested = "ReservedAddressRequested"
+	// ReasonForeignLoadBalancerClass: the Service names a claim but another load-balancer
+	// implementation (spec.loadBalancerClass), which MetalLB leaves alone.
+	ReasonForeignLoadBalancerClass = "ForeignLoadBalancerClass"
+	// ReasonPoolExcludesService: the Service names a claim whose pool's spec.serviceAllocation
+	// does not admit it, so MetalLB would refuse it the address.
+	ReasonPoolExcludesService = "PoolExcludesService"
 )
 
 // serviceReasons are the lasting conditions said about a Service; an attach clears them all.
 var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable,
-	ReasonReservedAddressRequested}
+	ReasonReservedAddressRequested, ReasonForeignLoadBalancerClass, ReasonPoolExcludesService}
 
 // attachView is what the Service reconciler reads about one Service.
 type attachView struct {
@@ -45,6 +51,9 @@ type attachView struct {
 	// servable says whether each one's class is this driver's.
 	addrs    []*ipamv1.IPAddress
 	servable map[string]bool
+	// excluded says, per address of the claim, why its pool's spec.serviceAllocation does not
+	// admit the Service (allocationExcludes); absent when it does.
+	excluded map[string]string
 	// elsewhere says, per address of the claim attached to another Service, whether that
 	// Service still exists.
 	elsewhere map[string]bool
@@ -136,6 +145,15 @@ func planAttachment(v attachView) attachPlan {
 		}
 		p.detach = true
 		return p
+	case foreignClass(svc):
+		// MetalLB never serves it: attaching would delete the hold and leave the IP free in
+		// MetalLB for anyone. The address stays held. (The class cannot change while the Service
+		// stays a LoadBalancer, so there is nothing to wait for; a Service attached before this
+		// rule existed is detached, and its address held again.)
+		say(ReasonForeignLoadBalancerClass, fmt.Sprintf("spec.loadBalancerClass %q gives the Service to another load-balancer implementation, not MetalLB, "+
+			"so it cannot use claim %s's addresses, which stay reserved; use a Service without spec.loadBalancerClass", *svc.Spec.LoadBalancerClass, claim.Name))
+		p.detach = true
+		return p
 	case claim.Status.Phase == ipamv1.ClaimLost:
 		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides.
 		// Only those: a Service re-linked to a Lost claim from another one does not keep the
@@ -202,6 +220,15 @@ func planAttachment(v attachView) attachPlan {
 			// A Service attached to it lets go: the address's teardown waits for this detach
 			// (the Service reconciler alone unpins).
 			p.detach = slices.ContainsFunc(v.attachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
+			return p
+		}
+		if why := v.excluded[a.Name]; why != "" {
+			// MetalLB would refuse the Service the address: the address stays held. The pool or
+			// the namespace's labels may change without an event of this Service: a re-check.
+			say(ReasonPoolExcludesService, fmt.Sprintf("%s; MetalLB would not give it claim %s's address %s, which stays reserved",
+				why, claim.Name, a.Spec.Address))
+			wait()
+			p.detach = true
 			return p
 		}
 		if at := a.Status.AttachedTo; at != nil && !attachedTo(at, svc) {

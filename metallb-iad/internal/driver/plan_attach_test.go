@@ -326,6 +326,55 @@ func TestPlanAttach(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"issue 29 defect 1: a Service of another load-balancer class: no attach, the hold stays, no pin, a Warning", func() attachView {
+			s := tenantSvc()
+			class := "example.com/other-lb"
+			s.Spec.LoadBalancerClass = &class
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || len(p.deleteHolds) != 0 || p.pin != "" {
+				t.Fatalf("attached a Service MetalLB never serves: %+v", p)
+			}
+			var warned []event
+			for _, e := range p.events {
+				if e.warning && e.once && e.obj.GetName() == "web" {
+					warned = append(warned, e)
+				}
+			}
+			if len(warned) != 1 || !strings.Contains(warned[0].message, "loadBalancerClass") || !strings.Contains(warned[0].message, "example.com/other-lb") {
+				t.Fatalf("want one Warning on the Service naming its class: %+v", p.events)
+			}
+		}},
+		{"issue 29 defect 1: a Service of another class attached before the fix: detached, so the address is held again", func() attachView {
+			s := pinned(tenantSvc(), ip)
+			class := "example.com/other-lb"
+			s.Spec.LoadBalancerClass = &class
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+			v.attachedHere = v.addrs
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if !p.detach || p.pin != "" || len(p.attach) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"issue 29 defect 1: a Service the pool's serviceAllocation excludes: no attach, the hold stays, no pin, a Warning and a re-check", func() attachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			v.excluded = map[string]string{testAddress(ip).Name: "IPAddressPool p serves only the namespaces its spec.serviceAllocation lists or selects, not t"}
+			return v
+		}(), func(t *testing.T, p attachPlan) {
+			if len(p.attach) != 0 || len(p.deleteHolds) != 0 || p.pin != "" {
+				t.Fatalf("attached a Service MetalLB refuses: %+v", p)
+			}
+			if !hasEvent(p, ReasonPoolExcludesService) || len(p.events) != 1 || !strings.Contains(p.events[0].message, "not t") {
+				t.Fatalf("%+v", p.events)
+			}
+			if p.requeue <= 0 || p.requeue > time.Minute {
+				t.Fatalf("requeue %v: the pool or the namespace may change without an event of the Service", p.requeue)
+			}
+		}},
 		{"a placeholder is not a tenant Service", attachView{svc: hold("x", ip, true), placeholder: true}, func(t *testing.T, p attachPlan) {
 			if p.detach || len(p.events) != 0 {
 				t.Fatalf("%+v", p)
@@ -364,5 +413,48 @@ func TestAutoClaimOf(t *testing.T) {
 func TestAttachedToWithoutAttachment(t *testing.T) {
 	if attachedTo(nil, svc("t", "web", "web-uid")) {
 		t.Fatal("no attachment names the Service")
+	}
+}
+
+// Issue 29, defect 1: which Services a pool's spec.serviceAllocation admits, as MetalLB's
+// allocator decides (go.universe.tf/metallb internal/allocator isPoolCompatibleWithService, with
+// the namespace set internal/config builds).
+func TestAllocationExcludes(t *testing.T) {
+	nss := []namespaceLabels{{name: "t", labels: map[string]string{"tier": "gold"}}, {name: "u", labels: map[string]string{"tier": "tin"}}}
+	gold := metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	web := metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	for _, tc := range []struct {
+		name     string
+		alloc    *metallb.ServiceAllocation
+		ns       string
+		labels   map[string]string
+		excluded bool
+	}{
+		{"no allocation", nil, "t", nil, false},
+		{"an empty allocation admits every Service", &metallb.ServiceAllocation{Priority: 5}, "t", nil, false},
+		{"listed namespace", &metallb.ServiceAllocation{Namespaces: []string{"t"}}, "t", nil, false},
+		{"namespace not listed", &metallb.ServiceAllocation{Namespaces: []string{"u"}}, "t", nil, true},
+		{"selected namespace", &metallb.ServiceAllocation{NamespaceSelectors: []metav1.LabelSelector{gold}}, "t", nil, false},
+		{"namespace not selected", &metallb.ServiceAllocation{NamespaceSelectors: []metav1.LabelSelector{gold}}, "u", nil, true},
+		{"listed or selected", &metallb.ServiceAllocation{Namespaces: []string{"u"}, NamespaceSelectors: []metav1.LabelSelector{gold}}, "t", nil, false},
+		{"selectors that match no namespace admit every namespace (MetalLB's empty set)", &metallb.ServiceAllocation{
+			NamespaceSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"tier": "none"}}}}, "t", nil, false},
+		{"service selector matches", &metallb.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{web}}, "t", map[string]string{"app": "web"}, false},
+		{"service selector does not match", &metallb.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{web}}, "t", map[string]string{"app": "db"}, true},
+		{"namespace admitted, service not", &metallb.ServiceAllocation{Namespaces: []string{"t"}, ServiceSelectors: []metav1.LabelSelector{web}}, "t", nil, true},
+		{"service admitted, namespace not", &metallb.ServiceAllocation{Namespaces: []string{"u"}, ServiceSelectors: []metav1.LabelSelector{web}}, "t", map[string]string{"app": "web"}, true},
+		{"an invalid selector: MetalLB rejects the pool", &metallb.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}}}, "t", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testPool("203.0.113.0/28")
+			pool.Spec.ServiceAllocation = tc.alloc
+			s := svc(tc.ns, "web", "web-uid")
+			s.Labels = tc.labels
+			why := allocationExcludes(pool, nss, s)
+			if (why != "") != tc.excluded {
+				t.Fatalf("excluded: %q, want %v", why, tc.excluded)
+			}
+		})
 	}
 }

@@ -20,6 +20,12 @@ package driver
 // +kubebuilder:rbac:groups="",resources=services/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
+// Namespaces' metadata, read only: a pool whose spec.serviceAllocation selects namespaces by label
+// serves only the Services of those namespaces, and the driver attaches only a Service MetalLB
+// will serve.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+//
 // In its own namespace: placeholder Services, and the short-lived release Services that make
 // MetalLB drop an allocation it kept for a deleted placeholder, are created and deleted there
 // only; leader election's Lease and its events (core group); MetalLB's AllocationFailed events on

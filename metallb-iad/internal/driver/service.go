@@ -3,18 +3,21 @@ package driver
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -69,8 +72,79 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 			}
 			return driverkit.Requests(svcs.Items)
 		})).
+		// Whether MetalLB serves a Service the addresses of a pool depends on the pool's
+		// spec.serviceAllocation (serves.go): a change of it looks again at the Services of the
+		// pool's addresses; MetalLB's frequent status updates of the pool do not.
+		Watches(&metallb.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(d.servicesOfPool),
+			builder.WithPredicates(allocationChanged())).
+		// And, for a pool that selects namespaces by label, on the labels of the Service's
+		// namespace: a change of them looks again at the namespace's LoadBalancer Services.
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(d.servicesOfNamespace),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(ctrlevent.CreateEvent) bool { return false },
+				DeleteFunc:  func(ctrlevent.DeleteEvent) bool { return false },
+				GenericFunc: func(ctrlevent.GenericEvent) bool { return false },
+				UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+					return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+				},
+			})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileService))
+}
+
+// allocationChanged passes a pool update that changes its spec.serviceAllocation. (Creation and
+// deletion make the pool's addresses servable or Lost: the address reconciler's business.)
+func allocationChanged() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(ctrlevent.CreateEvent) bool { return false },
+		DeleteFunc:  func(ctrlevent.DeleteEvent) bool { return false },
+		GenericFunc: func(ctrlevent.GenericEvent) bool { return false },
+		UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*metallb.IPAddressPool)
+			n, ok2 := e.ObjectNew.(*metallb.IPAddressPool)
+			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Spec.ServiceAllocation, n.Spec.ServiceAllocation)
+		},
+	}
+}
+
+// servicesOfPool returns requests for the Services attached to, or linked to the claims of, the
+// addresses of the classes that name the pool.
+func (d *Driver) servicesOfPool(ctx context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != d.MetalLBNamespace {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, c := range d.classesNaming(ctx, o.GetName()) {
+		var addrs ipamv1.IPAddressList
+		if err := d.client.List(ctx, &addrs, client.MatchingFields{index.AddressByClass: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			continue
+		}
+		for _, a := range addrs.Items {
+			if at := a.Status.AttachedTo; at != nil {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: at.Namespace, Name: at.Name}})
+			}
+			if ref := a.Spec.ClaimRef; ref != nil {
+				reqs = append(reqs, d.servicesLinkedTo(ctx, ref.Namespace, ref.Name)...)
+			}
+		}
+	}
+	return reqs
+}
+
+// servicesOfNamespace returns requests for the tenant LoadBalancer Services of a namespace.
+func (d *Driver) servicesOfNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := d.client.List(ctx, &svcs, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		if s.Spec.Type == corev1.ServiceTypeLoadBalancer && !d.ownService(s) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		}
+	}
+	return reqs
 }
 
 // ownService reports whether a Service is one the driver made for itself: a placeholder or a
@@ -241,6 +315,7 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 	}
 	v.attached = map[string]bool{}
 	v.servable = map[string]bool{}
+	v.excluded = map[string]string{}
 	v.elsewhere = map[string]bool{}
 	for _, ca := range claim.Status.Addresses {
 		var cached ipamv1.IPAddress
@@ -267,6 +342,15 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		var class ipamv1.IPAddressClass
 		if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
 			v.servable[a.Name] = class.Spec.Provisioner == Provisioner
+			if v.servable[a.Name] {
+				why, err := d.allocationVerdict(ctx, class.Spec.Parameters[ClassParameterPool], svc)
+				if err != nil {
+					return v, err
+				}
+				if why != "" {
+					v.excluded[a.Name] = why
+				}
+			}
 		} else if !apierrors.IsNotFound(err) {
 			return v, err
 		}
@@ -285,6 +369,43 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		v.holds = append(v.holds, holds...)
 	}
 	return v, nil
+}
+
+// allocationVerdict says why the pool's spec.serviceAllocation does not admit the Service
+// (allocationExcludes), or "" when it does or the pool is missing (its addresses are Lost then,
+// which the address reconciler reports). The namespaces come from the driver's cache of their
+// metadata, read only for a pool that selects namespaces by label.
+func (d *Driver) allocationVerdict(ctx context.Context, poolName string, svc *corev1.Service) (string, error) {
+	if poolName == "" {
+		return "", nil
+	}
+	var pool metallb.IPAddressPool
+	if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: poolName}, &pool); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	alloc := pool.Spec.ServiceAllocation
+	if alloc == nil {
+		return "", nil
+	}
+	var namespaces []namespaceLabels
+	if len(alloc.NamespaceSelectors) > 0 {
+		list := namespaceMetadataList()
+		if err := d.client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return "", err
+		}
+		for _, ns := range list.Items {
+			namespaces = append(namespaces, namespaceLabels{name: ns.Name, labels: ns.Labels})
+		}
+	}
+	return allocationExcludes(&pool, namespaces, svc), nil
+}
+
+// namespaceMetadataList lists namespaces from the driver's cache of their metadata (the one the
+// Service controller watches for label changes).
+func namespaceMetadataList() *metav1.PartialObjectMetadataList {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	return list
 }
 
 // reservedRequested are the addresses of this driver (cached) whose IP the Service requests by

@@ -30,6 +30,17 @@ var (
 type IPAddressPoolSpec struct {
 	Addresses  []string `json:"addresses"`
 	AutoAssign *bool    `json:"autoAssign,omitempty"`
+	// ServiceAllocation limits which Services MetalLB gives the pool's addresses to; nil: any.
+	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
+}
+
+// ServiceAllocation is a pool's spec.serviceAllocation: the namespaces (listed, or selected by
+// their labels) and the Services (selected by their labels) whose requests the pool serves.
+type ServiceAllocation struct {
+	Priority           int                    `json:"priority,omitempty"`
+	Namespaces         []string               `json:"namespaces,omitempty"`
+	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors,omitempty"`
+	ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
 }
 
 // IPAddressPool is MetalLB's pool (metallb.io/v1beta1), read only.
