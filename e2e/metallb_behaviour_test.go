@@ -146,22 +146,24 @@ func TestMetalLBAssignsUnaskedFromAnAutoAssignPool(t *testing.T) {
 }
 
 // The parking-events policy: MetalLB reports a Service that asks for a pool that does not exist
-// with AllocationFailed "unknown pool" — and again on each of its passes over every Service.
+// with AllocationFailed "unknown pool" — and again on each of its passes over every Service. (The
+// parking pool itself is not used here: the chart's policy refuses that very report, and the
+// driver takes the parking annotation off a Service that names no claim.)
 func TestMetalLBReportsAnUnknownPoolOnEveryPass(t *testing.T) {
-	f := features.New("MetalLB, a Service asking for the parking pool").
+	f := features.New("MetalLB, a Service asking for a pool that does not exist").
 		Assess("is reported when MetalLB looks at it, and on every full pass", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := ipamClient(t)
 			ns := plainNamespace(ctx, t, c, "metallb-unknown-pool")
 			newPool(ctx, t, c, "metallb-unknown-pool", ptrTo(false), "203.0.113.228/30")
-			parked := metallbService(ctx, t, c, ns, "parked", map[string]string{poolAnnotation: "metallb-iad/parked"})
-			first := metallbEvent(ctx, t, c, ns, parked.Name, "AllocationFailed", `unknown pool "metallb-iad/parked"`)
+			asks := metallbService(ctx, t, c, ns, "asks", map[string]string{poolAnnotation: "e2e-no-such-pool"})
+			first := metallbEvent(ctx, t, c, ns, asks.Name, "AllocationFailed", `unknown pool "e2e-no-such-pool"`)
 			fullPass(ctx, t, c, ns, "metallb-unknown-pool")
 			eventually(ctx, t, 60*time.Second, "the report to repeat on the full pass", func(ctx context.Context) (bool, error) {
 				var e corev1.Event
 				err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first.Name}, &e)
 				return e.Count > first.Count, err
 			})
-			unserved(ctx, t, c, parked, time.Second)
+			unserved(ctx, t, c, asks, time.Second)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
