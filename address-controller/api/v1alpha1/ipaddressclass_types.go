@@ -40,6 +40,17 @@ type IPAddressClassSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="releaseDelay must not be negative"
 	ReleaseDelay *metav1.Duration `json:"releaseDelay,omitempty"`
 
+	// maxAddressesPerNamespace, when set, caps the addresses of this class that the claims of
+	// one namespace may hold. Every address of the class whose claimRef names the namespace
+	// counts, Bound or Released (a Released address until an admin frees it or releaseDelay
+	// passes), and so does every address a claim of the namespace has asked the driver for and
+	// not received yet. A claim that would go over the limit stays Pending with reason
+	// AddressLimitReached: it binds nothing and asks no driver. Lowering the limit takes no
+	// address away. Unset: no limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxAddressesPerNamespace *int32 `json:"maxAddressesPerNamespace,omitempty"`
+
 	// parameters are passed to the driver, which documents them (the MetalLB driver reads
 	// "pool"). The core does not interpret them.
 	// +optional
@@ -62,6 +73,7 @@ type IPAddressClassStatus struct {
 // +kubebuilder:printcolumn:name="Provisioner",type=string,JSONPath=`.spec.provisioner`
 // +kubebuilder:printcolumn:name="Reclaim",type=string,JSONPath=`.spec.reclaimPolicy`
 // +kubebuilder:printcolumn:name="Release-Delay",type=string,JSONPath=`.spec.releaseDelay`
+// +kubebuilder:printcolumn:name="Max-Per-Namespace",type=integer,JSONPath=`.spec.maxAddressesPerNamespace`,priority=1
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPAddressClass struct {

@@ -68,4 +68,7 @@ const (
 	ReasonAddressNotFound   = "AddressNotFound"
 	ReasonAddressUnusable   = "AddressUnusable"
 	ReasonAddressLost       = "AddressLost"
+	// ReasonAddressLimitReached: the claim's namespace holds as many addresses of the class as
+	// its maxAddressesPerNamespace allows.
+	ReasonAddressLimitReached = "AddressLimitReached"
 )

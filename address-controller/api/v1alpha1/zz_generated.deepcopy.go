@@ -255,6 +255,11 @@ func (in *IPAddressClassSpec) DeepCopyInto(out *IPAddressClassSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.MaxAddressesPerNamespace != nil {
+		in, out := &in.MaxAddressesPerNamespace, &out.MaxAddressesPerNamespace
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Parameters != nil {
 		in, out := &in.Parameters, &out.Parameters
 		*out = make(map[string]string, len(*in))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +56,9 @@ type ClaimReconciler struct {
 	writes ownWrites
 	// progress is when claims of each class last became Bound (class_progress.go).
 	progress classProgress
+	// limitLocks serialize, per namespace and class (striped), the passes that ask for addresses
+	// of a class with a per-namespace limit, from the count to the write (lockLimit).
+	limitLocks [32]sync.Mutex
 }
 
 // bindMemory remembers, per claim, the addresses this controller bound to it until the cache
@@ -166,13 +170,32 @@ func conditionStatus(a *ipamv1.IPAddress, condition string) metav1.ConditionStat
 }
 
 // claimsOfAddress maps an address to the claim it is bound to or, when it is unbound, to the
-// claims waiting for an address of its class.
+// claims waiting for an address of its class. When its class limits the addresses per namespace,
+// an address bound in a namespace also concerns that namespace's claims waiting for the class:
+// its deletion may free room under the limit.
 func (r *ClaimReconciler) claimsOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
 	a := o.(*ipamv1.IPAddress)
-	if ref := a.Spec.ClaimRef; ref != nil {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	ref := a.Spec.ClaimRef
+	if ref == nil {
+		return r.waitingFor(ctx, a.Spec.ClassName)
 	}
-	return r.waitingFor(ctx, a.Spec.ClassName)
+	reqs := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	var class ipamv1.IPAddressClass
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err != nil || class.Spec.MaxAddressesPerNamespace == nil {
+		return reqs
+	}
+	var claims ipamv1.IPAddressClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(ref.Namespace),
+		client.MatchingFields{index.ClaimWaitingForClass: a.Spec.ClassName}); err != nil {
+		log.FromContext(ctx).Error(err, "listing claims waiting for class", "class", a.Spec.ClassName, "namespace", ref.Namespace)
+		return reqs
+	}
+	for _, c := range claims.Items {
+		if c.Name != ref.Name {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+		}
+	}
+	return reqs
 }
 
 func (r *ClaimReconciler) claimsWaitingForClass(ctx context.Context, o client.Object) []reconcile.Request {
@@ -245,7 +268,66 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 			}
 		}
 	}
+	if pass.limit != nil {
+		// The pass asks for addresses of a class with a per-namespace limit: count again on the
+		// apiserver's view, one such pass of the namespace and class at a time, until its writes
+		// are made. The cache may not show what a pass of another claim asked for a moment ago.
+		unlock := r.lockLimit(claim.Namespace, pass.limit.class)
+		defer unlock()
+		w, err := r.limitWait(ctx, &claim, pass.limit, true)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if w != nil {
+			pass.block(&claim, w)
+		}
+	}
 	return r.apply(ctx, &claim, pass)
+}
+
+// lockLimit takes the lock of a namespace and class (one of a fixed set of stripes) and returns
+// its unlock.
+func (r *ClaimReconciler) lockLimit(namespace, class string) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(namespace + "/" + class))
+	m := &r.limitLocks[h.Sum32()%uint32(len(r.limitLocks))]
+	m.Lock()
+	return m.Unlock
+}
+
+// limitWait counts what the claim's namespace holds of the class ask names (decideLimit), from
+// the cache or, live, from the apiserver, and says why the claim may not have what it asks for
+// (nil when it may).
+func (r *ClaimReconciler) limitWait(ctx context.Context, claim *ipamv1.IPAddressClaim, ask *limitAsk, live bool) (*waiting, error) {
+	var claims ipamv1.IPAddressClaimList
+	var addrs []ipamv1.IPAddress
+	if live {
+		if err := r.Reader.List(ctx, &claims, client.InNamespace(claim.Namespace)); err != nil {
+			return nil, err
+		}
+		for _, c := range claims.Items {
+			if c.UID == claim.UID && c.Annotations[ipamv1.AnnotationResolvedClass] == ask.class &&
+				c.Annotations[ipamv1.AnnotationProvisioner] != "" {
+				return nil, nil // stamped by an earlier pass the cache does not show yet: counted then
+			}
+		}
+		var err error
+		if addrs, err = liveAddresses(ctx, r.Reader, claim.Namespace, ""); err != nil {
+			return nil, err
+		}
+	} else {
+		// Read only: no copies.
+		if err := r.Client.List(ctx, &claims, client.InNamespace(claim.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		var list ipamv1.IPAddressList
+		if err := r.Client.List(ctx, &list, client.MatchingFields{addressByClassNamespace: classNamespaceKey(ask.class, claim.Namespace)},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		addrs = list.Items
+	}
+	return decideLimit(claim, ask, addrs, claims.Items), nil
 }
 
 // claimPass is what one pass over a claim decided from a snapshot: the reconciler then
@@ -269,6 +351,18 @@ type claimPass struct {
 	statusChanges bool
 	// quietFor: the status is left unwritten for this long yet (see quietUntil).
 	quietFor time.Duration
+	// limit is what the pass asks of a class with a per-namespace limit (nil: nothing, or no
+	// limit applies).
+	limit *limitAsk
+}
+
+// block turns the pass into one that asks for nothing, binds nothing and stamps nothing, and
+// whose status says w: the claim's namespace is at its class's limit.
+func (p *claimPass) block(claim *ipamv1.IPAddressClaim, w *waiting) {
+	p.plans, p.stamp, p.stampClass, p.limit, p.quietFor = nil, "", "", nil, 0
+	p.wait = w
+	p.status = claimStatus(claim, p.className, p.sorted.kept, w)
+	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
 }
 
 // binds reports whether the pass binds an address.
@@ -290,6 +384,8 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	r.sawBound(claim)
 	// Bind the missing families, unless the claim was Bound before: a Lost claim keeps
 	// waiting for its own addresses instead of silently taking new ones.
+	var class *ipamv1.IPAddressClass // of the families that bind or ask the driver
+	asking := 0
 	for _, fam := range claim.Spec.Family.Families() {
 		if sorted.kept[fam] != nil || !mayBind(claim) {
 			continue
@@ -303,6 +399,10 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 			p.className = plan.class
 		}
 		w := plan.wait
+		if len(plan.candidates) > 0 || w == nil && plan.provisioner != "" {
+			class = plan.classObj
+			asking++
+		}
 		switch {
 		case len(plan.candidates) > 0:
 			p.plans = append(p.plans, plan)
@@ -328,6 +428,21 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 	}
 	p.status = claimStatus(claim, p.className, sorted.kept, p.wait)
 	p.statusChanges = !equalClaimStatus(&claim.Status, &p.status)
+	if class != nil {
+		if p.limit = askOfLimit(claim, class, asking); p.limit != nil {
+			// Over the limit by the cache's count: the claim waits (no read of the apiserver for
+			// a claim that keeps waiting). Within it, the reconciler counts again, live, before
+			// it writes.
+			w, err := r.limitWait(ctx, claim, p.limit, false)
+			if err != nil {
+				return claimPass{}, err
+			}
+			if w != nil {
+				p.block(claim, w)
+				return p, nil
+			}
+		}
+	}
 	if p.statusChanges && mayStayQuiet(claim, &p.status) {
 		lastBind, err := r.lastBind(ctx, p.status.ClassName, claim.Spec.Family.Families())
 		if err != nil {
@@ -523,13 +638,21 @@ func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressCl
 	return true, nil
 }
 
-// liveAddressesOf lists, uncached, the addresses whose claimRef names the claim (through the
-// CRD's selectable claimRef fields, so the apiserver filters them).
+// liveAddressesOf lists, uncached, the addresses whose claimRef names the claim.
 func liveAddressesOf(ctx context.Context, reader client.Reader, claim *ipamv1.IPAddressClaim) ([]ipamv1.IPAddress, error) {
+	return liveAddresses(ctx, reader, claim.Namespace, claim.Name)
+}
+
+// liveAddresses lists, uncached, the addresses whose claimRef names the claim namespace/name, or
+// any claim of the namespace when name is empty (through the CRD's selectable claimRef fields, so
+// the apiserver filters them).
+func liveAddresses(ctx context.Context, reader client.Reader, namespace, name string) ([]ipamv1.IPAddress, error) {
+	fields := client.MatchingFields{"spec.claimRef.namespace": namespace}
+	if name != "" {
+		fields["spec.claimRef.name"] = name
+	}
 	var list ipamv1.IPAddressList
-	err := reader.List(ctx, &list, client.MatchingFields{
-		"spec.claimRef.namespace": claim.Namespace, "spec.claimRef.name": claim.Name,
-	})
+	err := reader.List(ctx, &list, fields)
 	if apierrors.IsBadRequest(err) {
 		// An apiserver without selectable CRD fields (before Kubernetes 1.31): filter here.
 		list = ipamv1.IPAddressList{}
@@ -540,7 +663,7 @@ func liveAddressesOf(ctx context.Context, reader client.Reader, claim *ipamv1.IP
 	}
 	out := list.Items[:0]
 	for _, a := range list.Items {
-		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name {
+		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == namespace && (name == "" || ref.Name == name) {
 			out = append(out, a)
 		}
 	}
@@ -559,6 +682,8 @@ type familyPlan struct {
 	provisioner string
 	// wait is why nothing can be bound now (nil when candidates or the driver may serve).
 	wait *waiting
+	// classObj is the resolved class (nil when unresolved).
+	classObj *ipamv1.IPAddressClass
 }
 
 // planFamily finds, from the cache, what one missing family of a claim can bind: the address
@@ -580,7 +705,7 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 	if err != nil || class == nil {
 		return familyPlan{wait: w}, err
 	}
-	plan := familyPlan{class: class.Name}
+	plan := familyPlan{class: class.Name, classObj: class}
 	if cond := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted); cond != nil && cond.Status == metav1.ConditionFalse {
 		plan.wait = &waiting{ipamv1.ReasonClassNotAccepted,
 			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}

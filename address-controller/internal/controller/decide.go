@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 )
 
 // This file holds the decisions, as pure functions of the objects involved; the reconcilers
@@ -384,6 +385,87 @@ func ownedByService(claim *ipamv1.IPAddressClaim) bool {
 	}
 	ref := metav1.GetControllerOf(claim)
 	return ref != nil && ref.Kind == "Service" && ref.APIVersion == "v1"
+}
+
+// limitAsk is what a pass asks of a class that limits the addresses per namespace
+// (spec.maxAddressesPerNamespace): asking more addresses, through binds or the driver, against
+// a limit of max.
+type limitAsk struct {
+	class  string
+	max    int32
+	asking int
+}
+
+// askOfLimit is the limitAsk of a pass that would bind or have the driver provision asking
+// addresses of class for claim; nil when the class sets no limit, nothing is asked, or the claim
+// already carries the stamp for this class: it was counted and let through when it was stamped,
+// so what it asked for is its own (a lowered limit takes nothing away), and its binds take the
+// place of what the driver would provision (docs/design.md).
+func askOfLimit(claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass, asking int) *limitAsk {
+	if class.Spec.MaxAddressesPerNamespace == nil || asking == 0 || stampedFor(claim, class) {
+		return nil
+	}
+	return &limitAsk{class: class.Name, max: *class.Spec.MaxAddressesPerNamespace, asking: asking}
+}
+
+// stampedFor: the core has asked class's driver for the claim's addresses.
+func stampedFor(claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass) bool {
+	return claim.Annotations[ipamv1.AnnotationProvisioner] == class.Spec.Provisioner &&
+		claim.Annotations[ipamv1.AnnotationResolvedClass] == class.Name
+}
+
+// namespaceUse counts what a namespace holds of a class, or has asked for: every address of the
+// class whose claimRef names the namespace (Bound, Released, or in any other phase, until it is
+// gone), and for every other live claim of the namespace that the core stamped for the class and
+// that may still bind, the families it has no address for yet (the driver may be provisioning
+// them). addrs are the addresses whose claimRef names the namespace, claims its claims; self is
+// the claim deciding, whose addresses count but whose own ask is the caller's.
+func namespaceUse(namespace, class string, self *ipamv1.IPAddressClaim, addrs []ipamv1.IPAddress, claims []ipamv1.IPAddressClaim) int {
+	n := 0
+	var ofClass []*ipamv1.IPAddress
+	for i := range addrs {
+		a := &addrs[i]
+		if a.Spec.ClassName == class && a.Spec.ClaimRef != nil && a.Spec.ClaimRef.Namespace == namespace {
+			ofClass = append(ofClass, a)
+			n++
+		}
+	}
+	for i := range claims {
+		c := &claims[i]
+		if c.Namespace != namespace || c.UID == self.UID || c.DeletionTimestamp != nil || !mayBind(c) ||
+			c.Annotations[ipamv1.AnnotationProvisioner] == "" || c.Annotations[ipamv1.AnnotationResolvedClass] != class {
+			continue
+		}
+		have := map[ipamv1.IPFamily]bool{}
+		for _, a := range ofClass {
+			if fam, ok := addressFamily(a); ok && driverkit.BoundTo(a, c) {
+				have[fam] = true
+			}
+		}
+		for _, f := range c.Spec.Family.Families() {
+			if !have[f] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// decideLimit says why claim may not have what ask asks for (nil when it may): its namespace
+// would then hold more than the class allows per namespace. Released addresses count, so that
+// deleting a claim under reclaimPolicy Retain frees nothing: the limit bounds what a tenant
+// holds, not how many claims it has (docs/design.md). The message stays the same while the
+// claim waits, so that waiting costs no writes.
+func decideLimit(claim *ipamv1.IPAddressClaim, ask *limitAsk, addrs []ipamv1.IPAddress, claims []ipamv1.IPAddressClaim) *waiting {
+	if ask == nil || namespaceUse(claim.Namespace, ask.class, claim, addrs, claims)+ask.asking <= int(ask.max) {
+		return nil
+	}
+	return &waiting{ipamv1.ReasonAddressLimitReached, fmt.Sprintf(
+		"namespace %s may hold %d address(es) of class %s (the class's maxAddressesPerNamespace) and this claim would take it "+
+			"past that: Bound and Released addresses count, and those its claims wait for. Deleting a claim frees its address "+
+			"only under reclaimPolicy Delete; a Released address counts until an admin frees it. Delete claims you no longer "+
+			"need, or ask an admin to free Released addresses or raise the limit",
+		claim.Namespace, ask.max, ask.class)}
 }
 
 // Bounds of the re-check of an object left waiting (DESIGN §5a): a lost event or a stalled

@@ -493,3 +493,102 @@ func TestBindableBy(t *testing.T) {
 		}
 	}
 }
+
+// A claim asks for addresses against the limit unless the class sets none, it asks for nothing,
+// or it carries the class's stamp (it was let through when it was stamped).
+func TestAskOfLimit(t *testing.T) {
+	limited := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: "d", MaxAddressesPerNamespace: ptr[int32](2)}}
+	open := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "d"}}
+	plain := &ipamv1.IPAddressClaim{}
+	stamped := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		ipamv1.AnnotationProvisioner: "d", ipamv1.AnnotationResolvedClass: "c"}}}
+	otherStamp := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		ipamv1.AnnotationProvisioner: "d", ipamv1.AnnotationResolvedClass: "old"}}}
+	for _, tc := range []struct {
+		name   string
+		claim  *ipamv1.IPAddressClaim
+		class  *ipamv1.IPAddressClass
+		asking int
+		want   *limitAsk
+	}{
+		{"no limit", plain, open, 1, nil},
+		{"asks nothing", plain, limited, 0, nil},
+		{"asks", plain, limited, 2, &limitAsk{class: "c", max: 2, asking: 2}},
+		{"already stamped for the class", stamped, limited, 1, nil},
+		{"stamped for another class", otherStamp, limited, 1, &limitAsk{class: "c", max: 2, asking: 1}},
+	} {
+		got := askOfLimit(tc.claim, tc.class, tc.asking)
+		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// What a namespace holds of a class: its addresses of the class in any phase, and what its other
+// stamped claims still wait for; not another namespace's or another class's, nor what a claim
+// that is Bound, Lost or being deleted, or stamped for another class, no longer asks for.
+func TestDecideLimit(t *testing.T) {
+	self := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "self", UID: "self"},
+		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
+	address := func(ip, class, ns, claim string, uid types.UID, phase ipamv1.AddressPhase) ipamv1.IPAddress {
+		a := addr("ip-"+ip, ip, t0, &ipamv1.ClaimReference{Namespace: ns, Name: claim, UID: uid})
+		a.Spec.ClassName, a.Status.Phase = class, phase
+		return a
+	}
+	stampedClaim := func(name string, fam ipamv1.IPFamily, class string, mutate ...func(*ipamv1.IPAddressClaim)) ipamv1.IPAddressClaim {
+		c := ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name),
+			Annotations: map[string]string{ipamv1.AnnotationProvisioner: "d", ipamv1.AnnotationResolvedClass: class}},
+			Spec: ipamv1.IPAddressClaimSpec{Family: fam}}
+		for _, m := range mutate {
+			m(&c)
+		}
+		return c
+	}
+	now := metav1.NewTime(t0)
+	for _, tc := range []struct {
+		name   string
+		max    int32
+		asking int
+		addrs  []ipamv1.IPAddress
+		claims []ipamv1.IPAddressClaim
+		used   int
+	}{
+		{"nothing held", 1, 1, nil, nil, 0},
+		{"a Released address counts", 1, 1, []ipamv1.IPAddress{address("203.0.113.1", "c", "ns", "gone", "old", ipamv1.AddressReleased)}, nil, 1},
+		{"Bound, Conflict and Lost count", 3, 1, []ipamv1.IPAddress{
+			address("203.0.113.1", "c", "ns", "a", "a", ipamv1.AddressBound),
+			address("203.0.113.2", "c", "ns", "b", "b", ipamv1.AddressConflict),
+			address("203.0.113.3", "c", "ns", "c", "c", ipamv1.AddressLost)}, nil, 3},
+		{"another class or namespace does not", 1, 1, []ipamv1.IPAddress{
+			address("203.0.113.1", "other", "ns", "a", "a", ipamv1.AddressBound),
+			address("203.0.113.2", "c", "elsewhere", "a", "a", ipamv1.AddressBound)}, nil, 0},
+		{"the claim's own addresses count", 1, 1, []ipamv1.IPAddress{address("2001:db8::1", "c", "ns", "self", "self", ipamv1.AddressBound)}, nil, 1},
+		{"a stamped claim waiting for its driver counts each family", 2, 1, nil,
+			[]ipamv1.IPAddressClaim{stampedClaim("dual", ipamv1.Dual, "c")}, 2},
+		{"a family it has counts once", 2, 1, []ipamv1.IPAddress{address("203.0.113.1", "c", "ns", "dual", "dual", ipamv1.AddressBound)},
+			[]ipamv1.IPAddressClaim{stampedClaim("dual", ipamv1.Dual, "c")}, 2},
+		{"the deciding claim's stamp is not counted twice", 1, 1, nil,
+			[]ipamv1.IPAddressClaim{stampedClaim("self", ipamv1.IPv4, "c")}, 0},
+		{"stamped for another class", 1, 1, nil, []ipamv1.IPAddressClaim{stampedClaim("x", ipamv1.IPv4, "other")}, 0},
+		{"Bound or Lost claims ask for nothing more", 1, 1, nil, []ipamv1.IPAddressClaim{
+			stampedClaim("b", ipamv1.IPv4, "c", func(c *ipamv1.IPAddressClaim) { c.Status.Phase = ipamv1.ClaimBound }),
+			stampedClaim("l", ipamv1.IPv4, "c", func(c *ipamv1.IPAddressClaim) { c.Status.Phase = ipamv1.ClaimLost })}, 0},
+		{"a claim being deleted asks for nothing more", 1, 1, nil, []ipamv1.IPAddressClaim{
+			stampedClaim("d", ipamv1.IPv4, "c", func(c *ipamv1.IPAddressClaim) { c.DeletionTimestamp = &now })}, 0},
+		{"an unstamped claim asks for nothing", 1, 1, nil, []ipamv1.IPAddressClaim{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "u", UID: "u"}}}, 0},
+		{"limit zero", 0, 1, nil, nil, 0},
+		{"asking two", 2, 2, nil, nil, 0},
+	} {
+		if got := namespaceUse("ns", "c", self, tc.addrs, tc.claims); got != tc.used {
+			t.Errorf("%s: namespaceUse %d, want %d", tc.name, got, tc.used)
+		}
+		w := decideLimit(self, &limitAsk{class: "c", max: tc.max, asking: tc.asking}, tc.addrs, tc.claims)
+		if over := tc.used+tc.asking > int(tc.max); (w != nil) != over || w != nil && w.reason != ipamv1.ReasonAddressLimitReached {
+			t.Errorf("%s: decideLimit %+v, want over the limit: %v", tc.name, w, over)
+		}
+	}
+	if decideLimit(self, nil, nil, nil) != nil {
+		t.Error("a pass that asks nothing of a limit waited")
+	}
+}

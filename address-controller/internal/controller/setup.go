@@ -47,9 +47,32 @@ type Options struct {
 	QuietWait time.Duration
 }
 
+// addressByClassNamespace keys an address by the class and the claimRef namespace
+// (classNamespaceKey): what a namespace holds of a class, counted against the class's
+// per-namespace limit. Only the core registers it; drivers do not need it.
+const addressByClassNamespace = "ipam.addressByClassNamespace"
+
+func classNamespaceKey(class, namespace string) string { return class + "/" + namespace }
+
+func addressClassNamespace(o client.Object) []string {
+	a := o.(*ipamv1.IPAddress)
+	if a.Spec.ClaimRef == nil {
+		return nil
+	}
+	return []string{classNamespaceKey(a.Spec.ClassName, a.Spec.ClaimRef.Namespace)}
+}
+
+// registerIndexes adds the shared indexes (package index) and the core's own to idx.
+func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := index.Register(ctx, idx); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &ipamv1.IPAddress{}, addressByClassNamespace, addressClassNamespace)
+}
+
 // Setup registers the indexes and every controller of the core with mgr.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
-	if err := index.Setup(ctx, mgr); err != nil {
+	if err := registerIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	m := opts.Metrics

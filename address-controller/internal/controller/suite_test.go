@@ -31,7 +31,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
@@ -229,7 +228,7 @@ func frozenClient(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := index.Register(ctx, c); err != nil {
+	if err := registerIndexes(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}, &corev1.Service{}} {
