@@ -23,7 +23,7 @@ import (
 	"github.com/cozystack/reserved-ips/e2e/provider"
 )
 
-// MetalLB v0.15.2 drops every Service event after a restart until one pass over all Services
+// MetalLB (v0.15.2 through v0.16.2) drops every Service event after a restart until one pass over all Services
 // succeeds; a placeholder the driver deletes while those passes keep failing stays allocated in
 // MetalLB's memory under its name. The driver must make MetalLB let go of it (a release Service of
 // that name), so that the hold made in that window, or the Service attached in it, gets the IP.

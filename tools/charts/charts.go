@@ -11,8 +11,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -22,17 +20,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/tools/clientcmd"
 
+	helmrender "github.com/cozystack/reserved-ips/tools/charts/render"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
-
-// Load reads a chart directory.
-func Load(dir string) (*chart.Chart, error) {
-	c, err := loader.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("loading chart %s: %w", dir, err)
-	}
-	return c, nil
-}
 
 // Dir is the directory of one of the project's charts in the checkout at root.
 func Dir(root, name string) string { return filepath.Join(root, "charts", name) }
@@ -128,47 +118,15 @@ func Uninstall(kubeconfig, namespace, name string) error {
 	return err
 }
 
-// Render renders the chart offline (client-only install, as `helm template` does) as a release
-// named after the chart and returns the manifest. Values are validated against the chart's schema.
-func Render(c *chart.Chart, namespace string, values map[string]any) (string, error) {
-	return RenderRelease(c, c.Name(), namespace, values)
-}
-
-// ServedKinds are the group/version/Kind capabilities the charts test with
-// .Capabilities.APIVersions.Has that Helm's offline defaults lack (they list group/versions
-// only) and the project's kube-apiserver (v1.37.2) serves: offline renders see what an install
-// on that apiserver sees. TestServedKindsAreServed checks them against a running apiserver.
-var ServedKinds = []string{
-	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding",
-}
-
-// RenderRelease is Render with the release name given (a Cozystack PackageSource names the
-// release of a wrapper chart).
-func RenderRelease(c *chart.Chart, release, namespace string, values map[string]any) (string, error) {
-	return RenderFor(c, release, namespace, values, ServedKinds)
-}
-
-// RenderFor is RenderRelease for a cluster serving, beyond Helm's defaults, the group/version/Kind
-// capabilities in kinds (nil: none of ServedKinds, as an apiserver before 1.36).
-func RenderFor(c *chart.Chart, release, namespace string, values map[string]any, kinds []string) (string, error) {
-	cfg := new(action.Configuration)
-	install := action.NewInstall(cfg)
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
-	install.IncludeCRDs = true
-	v, err := chartutil.ParseKubeVersion("v1.37.2")
-	if err != nil {
-		return "", err
-	}
-	install.KubeVersion = v
-	install.APIVersions = kinds
-	rel, err := install.Run(c, values)
-	if err != nil {
-		return "", err
-	}
-	return rel.Manifest, nil
-}
+// Offline rendering lives in package render, which the control plane imports too (it renders
+// MetalLB's chart for its RBAC); these are its names for the charts' callers.
+var (
+	Load          = helmrender.Load
+	Render        = helmrender.Render
+	RenderRelease = helmrender.RenderRelease
+	RenderFor     = helmrender.RenderFor
+	ServedKinds   = helmrender.ServedKinds
+)
 
 // Lint runs Helm's linter (strict) over a chart directory with the given values.
 func Lint(dir string, values map[string]any) []error {

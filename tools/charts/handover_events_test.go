@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// handoverRefusal is MetalLB's message (v0.15.2, controller/service.go and its allocator) when it
+// handoverRefusal is MetalLB's message (v0.15.2 through v0.16.2, controller/service.go and its allocator) when it
 // handles a Service pinned to an IP it still counts as used by the Services in users.
 func handoverRefusal(ns, name string, users ...string) string {
 	key := ns + "/" + name

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// parkedRefusal is MetalLB's message (v0.15.2, controller/service.go and its allocator) when it
+// parkedRefusal is MetalLB's message (v0.15.2 through v0.16.2, controller/service.go and its allocator) when it
 // looks at a parked Service.
 func parkedRefusal(ns, name string) string {
 	return fmt.Sprintf("Failed to allocate IP for %q: unknown pool %q", ns+"/"+name, parkingPool)

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/binaries"
-	"github.com/cozystack/reserved-ips/tools/charts"
+	"github.com/cozystack/reserved-ips/tools/charts/render"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
@@ -186,11 +186,11 @@ func (cp *ControlPlane) applyMetalLBRBAC(ctx context.Context, mlb binaries.Compo
 	if err != nil {
 		return err
 	}
-	ch, err := charts.Load(dir)
+	ch, err := render.Load(dir)
 	if err != nil {
 		return err
 	}
-	manifest, err := charts.RenderRelease(ch, MetalLBRelease, cp.MetalLBNamespace, nil)
+	manifest, err := render.RenderRelease(ch, MetalLBRelease, cp.MetalLBNamespace, nil)
 	if err != nil {
 		return fmt.Errorf("rendering MetalLB's chart: %w", err)
 	}

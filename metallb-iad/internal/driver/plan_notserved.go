@@ -26,7 +26,7 @@ import (
 // attached Service its pinned address for NotServedAfter.
 const ReasonNotServed = "NotServed"
 
-// DefaultNotServedAfter is Driver.NotServedAfter when zero. MetalLB v0.15.2 takes minutes to work
+// DefaultNotServedAfter is Driver.NotServedAfter when zero. MetalLB takes minutes to work
 // through a thousand attaches at once on a small control plane (it passes over every Service
 // after each hold it sees deleted: docs/benchmarks.md), and a Service is not reported while
 // MetalLB may merely not have got to it.

@@ -15,7 +15,7 @@ import (
 
 // MetalLB's kept allocations.
 //
-// After a restart, MetalLB v0.15.2's controller ignores every Service event until one pass over
+// After a restart, MetalLB's controller (v0.15.2 through v0.16.2) ignores every Service event until one pass over
 // all Services has succeeded; a pass that fails for any Service is retried, and the addresses it
 // assigned in memory stay. A placeholder this driver deletes in that window keeps its IP in
 // MetalLB's memory for good: no delete event of it is ever handled. The hold made afterwards, or
