@@ -207,6 +207,8 @@ func TestAutoClaim(t *testing.T) {
 			if len(taken.OwnerReferences) != 0 || taken.Annotations[autoClaimAnnotation] != "" || taken.Spec.ClassName != "e2e-ac-private" {
 				t.Fatalf("auto-claim changed a tenant's claim: %+v", taken.ObjectMeta)
 			}
+			// Neither tenant reads anything naming the other.
+			noOtherTenantNamed(ctx, t, c, ns, legacy)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -354,20 +354,7 @@ func TestTenantAccess(t *testing.T) {
 			})
 			// Cozystack's tenant roles, as the platform defines them: aggregated by label, each
 			// level including the ones below.
-			for role, levels := range map[string][]string{
-				"cozy:tenant:view":  {"view"},
-				"cozy:tenant:admin": {"view", "use", "admin"},
-			} {
-				var sel []metav1.LabelSelector
-				for _, l := range levels {
-					sel = append(sel, metav1.LabelSelector{MatchLabels: map[string]string{"rbac.cozystack.io/aggregate-to-tenant-" + l: "true"}})
-				}
-				err := admin.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
-					AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: sel}})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					t.Fatal(err)
-				}
-			}
+			cozystackTenantRoles(ctx, t, admin)
 			bind(ctx, t, admin, ns, "cozy:tenant:view", rbacv1.Subject{Kind: "User", Name: "viewer", APIGroup: rbacv1.GroupName})
 			bind(ctx, t, admin, ns, "cozy:tenant:admin", rbacv1.Subject{Kind: "User", Name: "owner", APIGroup: rbacv1.GroupName})
 			viewer, _ := as(t, "viewer")
@@ -408,6 +395,8 @@ func TestTenantAccess(t *testing.T) {
 					t.Errorf("%s listed IPAddressClasses: %v", name, err)
 				}
 			}
+			// Neither tenant reads anything naming the other.
+			noOtherTenantNamed(ctx, t, admin, ns, other)
 			if err := owner.Delete(ctx, claim); err != nil {
 				t.Fatalf("tenant admin delete: %v", err)
 			}

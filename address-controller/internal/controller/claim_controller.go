@@ -765,7 +765,13 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 	if a.DeletionTimestamp != nil {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is being deleted", a.Name)}
 	}
-	if ref := a.Spec.ClaimRef; ref != nil && !(ref.Namespace == claim.Namespace && ref.Name == claim.Name) {
+	if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace != claim.Namespace {
+		// The tenant reads this (condition and Warning): it says the address is taken, never by
+		// whom; the address's claimRef tells an admin (docs/design.md).
+		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf(
+			"IPAddress %s is reserved for a claim of another namespace; name another address, or recreate the claim without addressName", a.Name)}
+	}
+	if ref := a.Spec.ClaimRef; ref != nil && ref.Name != claim.Name {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is bound to claim %s/%s", a.Name, ref.Namespace, ref.Name)}
 	}
 	if !bindableBy(claim, a) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -490,6 +491,37 @@ func TestBindableBy(t *testing.T) {
 		w := checkNamedAddress(claim, &a, "", ipamv1.IPv4)
 		if (w == nil) != tc.want || w != nil && w.reason != ipamv1.ReasonAddressUnusable {
 			t.Errorf("%s: checkNamedAddress %+v, want usable %v", tc.name, w, tc.want)
+		}
+	}
+}
+
+// Issue 31 item 3: a claim's condition and Warning are the tenant's to read. A named address
+// bound to a claim of another namespace is said to be taken, never by whom; a claim of the
+// claim's own namespace may be named.
+func TestNamedAddressMessageNamesNoOtherNamespace(t *testing.T) {
+	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-b", Name: "grab", UID: "new"}}
+	for _, tc := range []struct {
+		name string
+		ref  *ipamv1.ClaimReference
+		want []string
+	}{
+		{"bound in another namespace", &ipamv1.ClaimReference{Namespace: "tenant-a", Name: "web-a", UID: "a"}, []string{"ip-203-0-113-1"}},
+		{"released by another namespace", &ipamv1.ClaimReference{Namespace: "tenant-a", Name: "old-a", UID: "a"}, []string{"ip-203-0-113-1"}},
+		{"pre-bound for another namespace", &ipamv1.ClaimReference{Namespace: "tenant-a", Name: "pre-a"}, []string{"ip-203-0-113-1"}},
+		{"bound to another claim of its own namespace", &ipamv1.ClaimReference{Namespace: "tenant-b", Name: "web", UID: "b"}, []string{"ip-203-0-113-1", "tenant-b/web"}},
+	} {
+		a := addr("ip-203-0-113-1", "203.0.113.1", t0, tc.ref)
+		w := checkNamedAddress(claim, &a, "", ipamv1.IPv4)
+		if w == nil || w.reason != ipamv1.ReasonAddressUnusable {
+			t.Fatalf("%s: %+v, want AddressUnusable", tc.name, w)
+		}
+		if tc.ref.Namespace != claim.Namespace && (strings.Contains(w.message, tc.ref.Namespace) || strings.Contains(w.message, tc.ref.Name)) {
+			t.Errorf("%s: the message names the other namespace's claim: %q", tc.name, w.message)
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(w.message, s) {
+				t.Errorf("%s: the message lacks %q: %q", tc.name, s, w.message)
+			}
 		}
 	}
 }

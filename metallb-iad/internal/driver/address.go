@@ -569,7 +569,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		}
 		d.wroteService(s)
 		d.cleared.note(s.UID, a.Name, d.now())
-		d.emit([]event{c.said})
+		d.emit(ctx, []event{c.said})
 	}
 	if p.createHold != nil {
 		err := d.client.Create(ctx, p.createHold)
@@ -623,7 +623,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		d.stale.setUnserved(a.Name, *p.unserved)
 	}
 	d.unsay(p.unsay)
-	d.emit(p.events)
+	d.emit(ctx, p.events)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -150,20 +151,27 @@ type event struct {
 	// topic, when set, is what the Announcer remembers the message under instead of the
 	// reason (one reason said about several addresses on the same object).
 	topic string
+	// names are key-value pairs logged when the event is said: the objects of other namespaces
+	// that a tenant's event must not name (docs/design.md) but an admin may need.
+	names []any
 }
 
-func (d *Driver) emit(evs []event) {
+func (d *Driver) emit(ctx context.Context, evs []event) {
 	for _, e := range evs {
 		typ := "Normal"
 		if e.warning {
 			typ = "Warning"
 		}
+		said := true
 		if e.once && e.topic != "" {
-			d.announce.SayAbout(e.obj, e.topic, nil, typ, e.reason, e.reason, e.message)
+			said = d.announce.SayAbout(e.obj, e.topic, nil, typ, e.reason, e.reason, e.message)
 		} else if e.once {
-			d.announce.Say(e.obj, nil, typ, e.reason, e.reason, e.message)
+			said = d.announce.Say(e.obj, nil, typ, e.reason, e.reason, e.message)
 		} else {
 			d.announce.Recorder.Eventf(e.obj, nil, typ, e.reason, e.reason, "%s", e.message)
+		}
+		if said && len(e.names) > 0 {
+			log.FromContext(ctx).Info("said "+e.reason, append([]any{"object", client.ObjectKeyFromObject(e.obj)}, e.names...)...)
 		}
 	}
 }

@@ -125,8 +125,8 @@ func planAttachment(v attachView) attachPlan {
 	if v.placeholder {
 		return p
 	}
-	say := func(reason, msg string) {
-		p.events = append(p.events, event{obj: svc, warning: true, reason: reason, message: msg, once: true})
+	say := func(reason, msg string, names ...any) {
+		p.events = append(p.events, event{obj: svc, warning: true, reason: reason, message: msg, once: true, names: names})
 		p.clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
 	}
 	wait := func() { p.requeue = driverkit.Recheck(svc.CreationTimestamp.Time, v.now, time.Second) }
@@ -139,7 +139,7 @@ func planAttachment(v attachView) attachPlan {
 			say(ReasonClaimNotReady, v.why+"; the Service gets its address once the claim is Bound")
 			wait()
 		case lb && len(v.reserved) > 0:
-			say(ReasonReservedAddressRequested, reservedRequestedMessage(v.reserved))
+			say(ReasonReservedAddressRequested, reservedRequestedMessage(svc, v.reserved), "reservedFor", reservedFor(v.reserved))
 		default:
 			p.clear = serviceReasons
 		}
@@ -236,7 +236,14 @@ func planAttachment(v attachView) attachPlan {
 				continue // an earlier Service of the same name, gone: this one takes over
 			}
 			if v.elsewhere[a.Name] {
-				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by Service %s/%s; a claim serves one Service", claim.Name, at.Namespace, at.Name))
+				// A tenant reads this: a Service of another namespace is not named (the address's
+				// attachedTo, and the log, name it for an admin).
+				user := "a Service of another namespace (IPAddress " + a.Name + " names it)"
+				if at.Namespace == svc.Namespace {
+					user = "Service " + at.Namespace + "/" + at.Name
+				}
+				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by %s; a claim serves one Service", claim.Name, user),
+					"attachedTo", at.Namespace+"/"+at.Name, "address", a.Name)
 				p.detach = true
 				wait()
 				return p
@@ -285,16 +292,31 @@ func orPending(p ipamv1.ClaimPhase) string {
 }
 
 // reservedRequestedMessage says which reserved IPs a Service requests, and what to do instead.
-func reservedRequestedMessage(reserved []*ipamv1.IPAddress) string {
+// A tenant reads it: a claim of the Service's own namespace is named (the one to name instead),
+// a claim of another namespace is not (reservedFor names it in the log).
+func reservedRequestedMessage(svc *corev1.Service, reserved []*ipamv1.IPAddress) string {
 	var parts []string
 	for _, a := range reserved {
 		who := "no claim"
-		if ref := a.Spec.ClaimRef; ref != nil {
+		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == svc.Namespace {
 			who = "IPAddressClaim " + ref.Namespace + "/" + ref.Name
+		} else if ref != nil {
+			who = "a claim of another namespace"
 		}
 		parts = append(parts, fmt.Sprintf("%s (IPAddress %s, reserved for %s)", a.Spec.Address, a.Name, who))
 	}
 	return fmt.Sprintf("the Service requests %s; MetalLB does not assign a reserved address to a Service that does not name its claim. "+
 		"Name the claim with annotation %s (in the claim's namespace) or request another address",
 		strings.Join(parts, ", "), ipamv1.AnnotationServiceClaim)
+}
+
+// reservedFor names, for the log, the claims the requested addresses are reserved for.
+func reservedFor(reserved []*ipamv1.IPAddress) []string {
+	out := make([]string, 0, len(reserved))
+	for _, a := range reserved {
+		if ref := a.Spec.ClaimRef; ref != nil {
+			out = append(out, a.Name+"="+ref.Namespace+"/"+ref.Name)
+		}
+	}
+	return out
 }

@@ -510,7 +510,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 			return err
 		}
 	}
-	d.emit(p.events)
+	d.emit(ctx, p.events)
 	return nil
 }
 
