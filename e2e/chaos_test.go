@@ -33,6 +33,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/e2e/chaos"
+	"github.com/cozystack/reserved-ips/tools/binaries"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
@@ -683,7 +684,7 @@ func (r *chaosRun) summary(seed uint64, ops int, faultRate float64, started time
 }
 
 // appendReport appends the run as a row of the table in docs/reliability.md: date, commit (with
-// "+dirty" when the checkout has uncommitted changes), seed, operations, fault rate, kills and
+// "+dirty" when the checkout has uncommitted changes), MetalLB's version, seed, operations, fault rate, kills and
 // stalls per component, duration, convergence, violations per invariant.
 func (r *chaosRun) appendReport(path string, seed uint64, ops int, faultRate float64, started time.Time, converged time.Duration, v []chaos.Violation) error {
 	commit := "unknown"
@@ -719,8 +720,8 @@ func (r *chaosRun) appendReport(path string, seed uint64, ops int, faultRate flo
 		}
 		violations += " (" + strings.Join(parts, ", ") + ")"
 	}
-	row := fmt.Sprintf("| %s | %s | %d | %d | %g | %s | %s | %s | %s | %s |\n",
-		started.UTC().Format("2006-01-02 15:04"), commit, seed, ops, faultRate, faults("kill"), faults("stall"),
+	row := fmt.Sprintf("| %s | %s | %s | %d | %d | %g | %s | %s | %s | %s | %s |\n",
+		started.UTC().Format("2006-01-02 15:04"), commit, binaries.MetalLB.Version, seed, ops, faultRate, faults("kill"), faults("stall"),
 		time.Since(started).Round(time.Second), converged.Round(time.Second), violations)
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {

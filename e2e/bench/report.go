@@ -101,7 +101,7 @@ type Step struct {
 	Processes            map[string]ProcStep `json:"processes"`
 	// APIServerCPUPerObject is kube-apiserver's CPU seconds in the step's window over N.
 	APIServerCPUPerObject float64 `json:"apiserverCPUSecondsPerObject"`
-	LoadAvg                    float64                               `json:"loadAvgEnd"`
+	LoadAvg               float64 `json:"loadAvgEnd"`
 }
 
 // Point is the number of objects done T seconds after a step's first create.

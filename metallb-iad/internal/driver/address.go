@@ -220,7 +220,7 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	if err := d.client.Get(ctx, req.NamespacedName, &cached); err != nil {
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
-			d.stale.forget(req.Name)
+			d.memory.forget(req.Name)
 			if d.eventSweepOff.Load() {
 				return reconcile.Result{}, nil
 			}
@@ -300,12 +300,12 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 			v.attached = &svc
 		}
 	}
-	v.unserved = d.stale.unservedOf(a.Name)
+	v.unserved = d.memory.unservedOf(a.Name)
 	if v.holders, err = d.holdersOf(ctx, a, ip); err != nil {
 		return nil, err
 	}
 	for _, h := range v.holders {
-		if c := d.cleared.get(h.svc.UID, a.Name, v.now); len(c) > 0 {
+		if c := d.memory.clearedOf(a.Name, h.svc.UID, v.now); len(c) > 0 {
 			if v.cleared == nil {
 				v.cleared = map[types.UID][]time.Time{}
 			}
@@ -568,7 +568,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 			return err
 		}
 		d.wroteService(s)
-		d.cleared.note(s.UID, a.Name, d.now())
+		d.memory.noteCleared(a.Name, s.UID, d.now())
 		d.emit(ctx, []event{c.said})
 	}
 	if p.createHold != nil {
@@ -620,7 +620,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 	}
 	if p.unserved != nil {
 		// After the status write: a report the write failed to record is planned again.
-		d.stale.setUnserved(a.Name, *p.unserved)
+		d.memory.setUnserved(a.Name, *p.unserved)
 	}
 	d.unsay(p.unsay)
 	d.emit(ctx, p.events)
@@ -655,7 +655,7 @@ func (d *Driver) deleteService(ctx context.Context, s *corev1.Service) error {
 func (d *Driver) deleted(s *corev1.Service) {
 	d.expect.Expect(deletedKey(string(s.UID)), s.Name, d.now())
 	for _, ip := range IngressIPs(s) {
-		d.stale.holdDeleted(ipamv1.AddressName(ip), s.Name)
+		d.memory.holdDeleted(ipamv1.AddressName(ip), s.Name)
 	}
 }
 

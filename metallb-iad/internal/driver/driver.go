@@ -64,10 +64,8 @@ type Driver struct {
 	reader   client.Reader
 	announce *driverkit.Announcer
 	expect   *expectations
-	// stale remembers, per address, its wait for MetalLB's kept allocations (plan_release.go).
-	stale *staleMemory
-	// cleared remembers the stale ingresses this driver cleared (planAddress, staleHolder).
-	cleared *clearMemory
+	// memory is what the driver remembers of MetalLB per address (memory.go).
+	memory *metallbMemory
 	// progress is how far MetalLB has got through its work (progress.go).
 	progress *metallbProgress
 	now      func() time.Time
@@ -101,8 +99,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		d.NotServedAfter = DefaultNotServedAfter
 	}
 	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
-	d.stale = newStaleMemory()
-	d.cleared = newClearMemory()
+	d.memory = newMetallbMemory()
 	d.progress = &metallbProgress{namespace: d.Namespace, now: func() time.Time { return d.now() }}
 	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
 	if err != nil {

@@ -341,47 +341,58 @@ func TestReleaseServiceIsNoPlaceholder(t *testing.T) {
 
 // The driver remembers, per address, the last few names of placeholders it deleted while they
 // served or held the IP, and forgets them with the wait.
-func TestStaleMemoryRemembersDeletedNames(t *testing.T) {
-	m := newStaleMemory()
+func TestMemoryRemembersDeletedNames(t *testing.T) {
+	m := newMetallbMemory()
 	for _, n := range []string{"a", "b", "c", "b", "d", "e"} {
 		m.holdDeleted("ip-1", n)
 	}
 	m.holdDeleted("", "ignored")
-	if _, got := m.get("ip-1"); !slices.Equal(got, []string{"c", "b", "d", "e"}) {
+	if _, got := m.staleOf("ip-1"); !slices.Equal(got, []string{"c", "b", "d", "e"}) {
 		t.Fatalf("remembered %v", got)
 	}
-	m.set("ip-1", staleWait{since: t0})
-	m.forget("ip-1")
-	if w, got := m.get("ip-1"); len(got) != 0 || !w.since.IsZero() {
+	m.setStale("ip-1", staleWait{since: t0})
+	m.setUnserved("ip-1", unservedWait{since: t0})
+	m.endStale("ip-1")
+	if w, got := m.staleOf("ip-1"); len(got) != 0 || !w.since.IsZero() || !m.unservedOf("ip-1").since.IsZero() {
 		t.Fatalf("not forgotten: %v %v", w, got)
 	}
-	if len(m.deleted) != 0 {
-		t.Fatalf("%v", m.deleted)
+	if m.Len() != 0 {
+		t.Fatalf("an empty entry is kept: %v", m.m)
 	}
 }
 
 // The memory of stale clears keeps the last clearLimit within clearMemoryFor, per Service and
 // address, and forgets the rest (so it stays bounded).
-func TestClearMemory(t *testing.T) {
-	m := newClearMemory()
+func TestMemoryOfClears(t *testing.T) {
+	m := newMetallbMemory()
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	for i := range clearLimit + 2 {
-		m.note("a", "ip-1", t0.Add(time.Duration(i)*time.Minute))
+		m.noteCleared("ip-1", "a", t0.Add(time.Duration(i)*time.Minute))
 	}
 	now := t0.Add(time.Duration(clearLimit+1) * time.Minute)
-	if got := m.get("a", "ip-1", now); len(got) != clearLimit || !got[len(got)-1].Equal(now) {
+	if got := m.clearedOf("ip-1", "a", now); len(got) != clearLimit || !got[len(got)-1].Equal(now) {
 		t.Fatalf("got %v", got)
 	}
-	if got := m.get("a", "ip-2", now); len(got) != 0 {
+	if got := m.clearedOf("ip-2", "a", now); len(got) != 0 {
 		t.Fatalf("another address: %v", got)
 	}
-	m.note("b", "ip-1", now)
+	m.noteCleared("ip-1", "b", now)
 	later := now.Add(clearMemoryFor)
-	if got := m.get("a", "ip-1", later); len(got) != 0 {
+	if got := m.clearedOf("ip-1", "a", later); len(got) != 0 {
 		t.Fatalf("not forgotten: %v", got)
 	}
-	m.note("c", "ip-1", later)
-	if len(m.m) != 1 {
-		t.Fatalf("old entries kept: %v", m.m)
+	if m.Len() != 0 {
+		t.Fatalf("expired clears are kept: %v", m.m)
+	}
+	// One entry per address, whatever is remembered of it; gone with the address.
+	m.noteCleared("ip-1", "c", later)
+	m.holdDeleted("ip-1", "hold-ip-1")
+	m.setUnserved("ip-1", unservedWait{since: later})
+	if m.Len() != 1 {
+		t.Fatalf("%d entries for one address", m.Len())
+	}
+	m.forget("ip-1")
+	if m.Len() != 0 {
+		t.Fatal("the address's entry outlived it")
 	}
 }

@@ -484,7 +484,7 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 		if err := d.deleteService(ctx, s); err != nil {
 			return err
 		}
-		d.stale.holdDeleted(s.Labels[LabelAddress], s.Name)
+		d.memory.holdDeleted(s.Labels[LabelAddress], s.Name)
 	}
 	// 3. Pin the Service.
 	if p.pin != "" {

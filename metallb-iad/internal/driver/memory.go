@@ -1,0 +1,161 @@
+package driver
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// metallbMemory is what the driver remembers of MetalLB beyond what the API objects show, one
+// entry per address. MetalLB's own state cannot be read, only inferred from what it writes and
+// reports; each address pass compares what MetalLB shows for the address's IP with what the API
+// says it should, and these are the inferences it carries from one pass to the next:
+//
+//   - the wait for MetalLB to let go of an allocation it kept, and when the names it may keep it
+//     under were last released (plan_release.go);
+//   - the names of placeholders deleted while they held or were served the IP (the names MetalLB
+//     may keep it under);
+//   - the attached Service's wait unserved (plan_notserved.go);
+//   - the times a Service's stale ingress of the IP was cleared (staleHolder), the last
+//     clearLimit within clearMemoryFor.
+//
+// None of it decides what is written to the apiserver's objects by itself: it only spaces
+// retries out and bounds them. An entry goes with its address (forget), and an entry with
+// nothing left in it is dropped, so the memory is bounded by the addresses of the pools.
+type metallbMemory struct {
+	mu sync.Mutex
+	m  map[string]*addressMemory
+}
+
+type addressMemory struct {
+	stale    staleWait
+	deleted  []string
+	unserved unservedWait
+	cleared  map[types.UID][]time.Time
+}
+
+func (a *addressMemory) empty() bool {
+	return a.stale == (staleWait{}) && len(a.deleted) == 0 && a.unserved.since.IsZero() && len(a.cleared) == 0
+}
+
+// maxDeletedNames bounds the names remembered per address.
+const maxDeletedNames = 4
+
+func newMetallbMemory() *metallbMemory { return &metallbMemory{m: map[string]*addressMemory{}} }
+
+// update runs f on the address's entry (made when missing) and drops the entry if f left it
+// empty.
+func (m *metallbMemory) update(address string, f func(*addressMemory)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.m[address]
+	if e == nil {
+		e = &addressMemory{}
+	}
+	f(e)
+	if e.empty() {
+		delete(m.m, address)
+	} else {
+		m.m[address] = e
+	}
+}
+
+// staleOf is the wait for a kept allocation and the deleted names remembered for the address.
+func (m *metallbMemory) staleOf(address string) (w staleWait, deleted []string) {
+	m.update(address, func(e *addressMemory) { w, deleted = e.stale, slices.Clone(e.deleted) })
+	return w, deleted
+}
+
+// holdDeleted remembers that a placeholder named name, holding or served address's IP, was
+// deleted.
+func (m *metallbMemory) holdDeleted(address, name string) {
+	if address == "" {
+		return
+	}
+	m.update(address, func(e *addressMemory) {
+		d := slices.DeleteFunc(e.deleted, func(n string) bool { return n == name })
+		d = append(d, name)
+		if len(d) > maxDeletedNames {
+			d = d[len(d)-maxDeletedNames:]
+		}
+		e.deleted = d
+	})
+}
+
+func (m *metallbMemory) setStale(address string, w staleWait) {
+	m.update(address, func(e *addressMemory) { e.stale = w })
+}
+
+// endStale forgets the address's wait for a kept allocation, with the deleted names and the
+// attached Service's wait unserved that it was about.
+func (m *metallbMemory) endStale(address string) {
+	m.update(address, func(e *addressMemory) { e.stale, e.deleted, e.unserved = staleWait{}, nil, unservedWait{} })
+}
+
+// unservedOf is the memory of address's attached Service's wait unserved (zero: none).
+func (m *metallbMemory) unservedOf(address string) (w unservedWait) {
+	m.update(address, func(e *addressMemory) { w = e.unserved })
+	return w
+}
+
+// setUnserved remembers w (a zero w forgets).
+func (m *metallbMemory) setUnserved(address string, w unservedWait) {
+	m.update(address, func(e *addressMemory) {
+		if w.since.IsZero() {
+			w = unservedWait{}
+		}
+		e.unserved = w
+	})
+}
+
+// clearedOf returns the clears of the Service's stale ingress of the address within
+// clearMemoryFor of now (older ones of the address are dropped).
+func (m *metallbMemory) clearedOf(address string, uid types.UID, now time.Time) (ts []time.Time) {
+	m.update(address, func(e *addressMemory) {
+		e.pruneClears(now)
+		ts = slices.Clone(e.cleared[uid])
+	})
+	return ts
+}
+
+// noteCleared remembers a clear of the Service's stale ingress of the address.
+func (m *metallbMemory) noteCleared(address string, uid types.UID, now time.Time) {
+	m.update(address, func(e *addressMemory) {
+		e.pruneClears(now)
+		if e.cleared == nil {
+			e.cleared = map[types.UID][]time.Time{}
+		}
+		ts := append(e.cleared[uid], now)
+		if len(ts) > clearLimit {
+			ts = ts[len(ts)-clearLimit:]
+		}
+		e.cleared[uid] = ts
+	})
+}
+
+func (e *addressMemory) pruneClears(now time.Time) {
+	for uid, ts := range e.cleared {
+		ts = slices.DeleteFunc(ts, func(t time.Time) bool { return now.Sub(t) >= clearMemoryFor })
+		if len(ts) == 0 {
+			delete(e.cleared, uid)
+		} else {
+			e.cleared[uid] = ts
+		}
+	}
+}
+
+// forget drops everything remembered of an address (it is gone).
+func (m *metallbMemory) forget(address string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, address)
+}
+
+// Len is the number of addresses with something remembered.
+func (m *metallbMemory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.m)
+}
