@@ -29,6 +29,7 @@ import (
 
 	"github.com/cozystack/reserved-ips/tools/binaries"
 	"github.com/cozystack/reserved-ips/tools/charts"
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/images"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
@@ -50,13 +51,17 @@ type Kind struct{}
 // MetalLB's release on a kind cluster: its chart (from the binary cache) under this name, in the
 // namespace Cozystack uses, with these values.
 const (
-	MetalLBNamespace = "cozy-metallb"
-	MetalLBRelease   = "metallb"
+	MetalLBNamespace = controlplane.DefaultMetalLBNamespace
+	MetalLBRelease   = controlplane.MetalLBRelease
 )
 
-// MetalLBValues are the values kind installs MetalLB's chart with (layer 2 only: no FRR).
+// MetalLBValues are the values kind installs MetalLB's chart with (layer 2 only: neither the
+// FRR container nor, from v0.16 where it is the default, the frr-k8s subchart).
 func MetalLBValues() map[string]any {
-	return map[string]any{"speaker": map[string]any{"frr": map[string]any{"enabled": false}}}
+	return map[string]any{
+		"speaker": map[string]any{"frr": map[string]any{"enabled": false}},
+		"frrk8s":  map[string]any{"enabled": false},
+	}
 }
 
 func (Kind) Name() string { return "kind" }
