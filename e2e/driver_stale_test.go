@@ -130,6 +130,64 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// A tenant's name: the attached Service is deleted while MetalLB's passes fail after a restart.
+// MetalLB keeps the IP under the tenant Service's name, which the driver cannot release (it
+// creates Services only in its own namespace): the address says so, naming the Service and the
+// remedy, and once MetalLB's controller is restarted (the remedy) the hold gets the IP.
+func TestDriverReportsAnAllocationMetalLBKeptForADeletedTenantService(t *testing.T) {
+	f := features.New("a reserved IP MetalLB keeps for a deleted tenant Service").
+		Assess("is reported on the address, and held again after MetalLB's restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			s := newStaleScene(ctx, t, c, "tenant", "203.0.113.84/30", "203.0.113.88/30")
+			svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
+			if err := c.Create(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
+			s.metallbFailingAfterRestart(ctx, t)
+			if err := c.Delete(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(ctx, t, c, svc)
+			s.allowMetalLB(ctx, t)
+			var held *metav1.Condition
+			eventually(ctx, t, 4*time.Minute, "the address to say MetalLB keeps its IP for the deleted Service", func(ctx context.Context) (bool, error) {
+				var a ipamv1.IPAddress
+				if err := c.Get(ctx, client.ObjectKey{Name: s.addr}, &a); err != nil {
+					return false, err
+				}
+				held = meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld)
+				return held != nil && held.Reason == "KeptByMetalLB", nil
+			})
+			if !strings.Contains(held.Message, s.ns+"/kept") || !strings.Contains(held.Message, "restart MetalLB's controller") {
+				t.Fatalf("the condition does not name the kept Service and the remedy: %s", held.Message)
+			}
+			waitAddressEvent(ctx, t, c, s.addr, "KeptByMetalLB")
+			restart(ctx, t, "metallb-controller")
+			waitHeld(ctx, t, c, s.addr, s.ip)
+			s.checkSettled(ctx, t)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// waitAddressEvent waits for an event of that reason on the (cluster-scoped) IPAddress.
+func waitAddressEvent(ctx context.Context, t *testing.T, c client.Client, address, reason string) {
+	t.Helper()
+	eventually(ctx, t, 30*time.Second, fmt.Sprintf("event %s on IPAddress %s", reason, address), func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "IPAddress" && e.Regarding.Name == address && e.Reason == reason {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
 // staleScene is one claim Bound and held in a class of its own, and a blocker Service whose
 // status MetalLB cannot write while the policy is in force.
 type staleScene struct {

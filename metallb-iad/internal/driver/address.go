@@ -278,6 +278,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.failedAt, failures, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
 		return nil, err
 	}
+	if v.keptBy, err = d.keptBy(ctx, v, failures); err != nil {
+		return nil, err
+	}
 	if len(v.holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 		for _, h := range v.holds {
@@ -417,6 +420,33 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 		}
 	}
 	return out, said, nil
+}
+
+// keptBy finds, in MetalLB's latest reports on the address's unserved holds, the Services outside
+// the driver's namespace it says use the IP that no longer exist. Read uncached: a Service the
+// cache does not show yet is not called gone. Only a refused hold costs these reads.
+func (d *Driver) keptBy(ctx context.Context, v *addressView, failures map[string]string) ([]string, error) {
+	var out []string
+	for _, h := range v.holds {
+		if slices.Contains(IngressIPs(h), v.ip) {
+			return nil, nil // served: whatever MetalLB said before is over
+		}
+		for _, k := range inUseBy(failures[string(h.UID)]) {
+			if k.Namespace == d.Namespace || slices.Contains(out, k.String()) {
+				continue
+			}
+			var s corev1.Service
+			err := d.reader.Get(ctx, k, &s)
+			switch {
+			case apierrors.IsNotFound(err):
+				out = append(out, k.String())
+			case err != nil:
+				return nil, err
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service, one of the

@@ -69,6 +69,9 @@ type addressView struct {
 	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
+	// keptBy are the Services outside the driver's namespace ("ns/name") that MetalLB's latest
+	// report on an unserved hold says use the IP and that do not exist (read uncached).
+	keptBy []string
 	// metallbPassed is how far MetalLB has got (metallbProgress).
 	metallbPassed metallbMark
 
@@ -229,6 +232,13 @@ func planAddress(v addressView) addressPlan {
 		}
 	}
 
+	if c := findCondition(a, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
+		if now := meta.FindStatusCondition(status.Conditions, ipamv1.ConditionHeld); now == nil || now.Reason != ReasonKeptByMetalLB {
+			// Said once while it lasted; a recurrence is said again.
+			p.unsay = append(p.unsay, unsay{obj: a, topic: ReasonKeptByMetalLB})
+		}
+	}
+
 	planConflict(v, adopter, status, &p)
 
 	if !equalDriverStatus(&a.Status, status) {
@@ -301,8 +311,16 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
 		return nil
 	}
-	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
+	if len(v.keptBy) > 0 {
+		// Nothing the driver can write frees the IP; the admin is told what does. Nudges go on
+		// with their back-off, so the hold is served soon after MetalLB's restart.
+		msg := keptByMessage(v.ip, v.keptBy)
+		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
+		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonKeptByMetalLB, message: msg, once: true})
+	} else {
+		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
+	}
 	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID], v.metallbPassed)
 	if nudge {
 		p.nudge = hold

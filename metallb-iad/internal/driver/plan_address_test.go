@@ -2,6 +2,7 @@ package driver
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +154,37 @@ func TestPlanAddress(t *testing.T) {
 			func(t *testing.T, p addressPlan) {
 				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
 					t.Fatalf("%+v", p)
+				}
+			}},
+		{"hold refused for a deleted tenant Service MetalLB keeps the IP for: the admin is told to restart MetalLB", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.failedAt = map[types.UID]time.Time{v.holds[0].UID: v.holds[0].CreationTimestamp.Time}
+			v.keptBy = []string{"tenant-a/web"}
+		}),
+			func(t *testing.T, p addressPlan) {
+				c := cond(p, ipamv1.ConditionHeld)
+				if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonKeptByMetalLB ||
+					!strings.Contains(c.Message, "tenant-a/web") || !strings.Contains(c.Message, "restart MetalLB's controller") {
+					t.Fatalf("held %+v", c)
+				}
+				if len(p.events) != 1 || p.events[0].reason != ReasonKeptByMetalLB || !p.events[0].warning || !p.events[0].once ||
+					p.events[0].message != c.Message {
+					t.Fatalf("events %+v", p.events)
+				}
+				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
+					t.Fatalf("the hold is no longer nudged and looked at again: %+v", p)
+				}
+			}},
+		{"the kept IP freed: held again, and a recurrence would be said again", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, true)}
+			v.addr.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: ReasonKeptByMetalLB}}
+		}),
+			func(t *testing.T, p addressPlan) {
+				if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonHeld {
+					t.Fatalf("held %+v", c)
+				}
+				if !slices.ContainsFunc(p.unsay, func(u unsay) bool { return u.topic == ReasonKeptByMetalLB }) {
+					t.Fatalf("unsay %+v", p.unsay)
 				}
 			}},
 		{"finding 12: hold waiting, not refused by MetalLB: no nudge, a re-check", view(testAddress(ip, Finalizer), func(v *addressView) {

@@ -2,12 +2,14 @@ package driver
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -82,21 +84,46 @@ type staleWait struct {
 // into the names of the Services of namespace it names, but those in live (names that exist
 // as the driver's placeholders: not stale).
 func staleNames(message, namespace string, live ...string) []string {
+	var out []string
+	for _, k := range inUseBy(message) {
+		if k.Namespace != namespace || slices.Contains(live, k.Name) || slices.Contains(out, k.Name) {
+			continue
+		}
+		out = append(out, k.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// inUseBy parses the Services MetalLB's AllocationFailed message says use the address ("…
+// address also in use by ns/a,ns/b").
+func inUseBy(message string) []types.NamespacedName {
 	const marker = "address also in use by "
 	i := strings.LastIndex(message, marker)
 	if i < 0 {
 		return nil
 	}
-	var out []string
+	var out []types.NamespacedName
 	for _, part := range strings.Split(message[i+len(marker):], ",") {
 		ns, name, ok := strings.Cut(strings.TrimSpace(part), "/")
-		if !ok || ns != namespace || name == "" || slices.Contains(live, name) || slices.Contains(out, name) {
-			continue
+		if ok && ns != "" && name != "" {
+			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
 		}
-		out = append(out, name)
 	}
-	slices.Sort(out)
 	return out
+}
+
+// ReasonKeptByMetalLB (Held=False, and a Warning on the address): MetalLB refuses the hold
+// because it still counts the IP as used by a Service outside the driver's namespace that no
+// longer exists (a deletion MetalLB lost while its controller restarted). The driver may create
+// Services only in its own namespace, so it cannot make MetalLB forget that name; a restart of
+// MetalLB's controller does.
+const ReasonKeptByMetalLB = "KeptByMetalLB"
+
+// keptByMessage says which deleted Services MetalLB keeps the IP for, and what frees it.
+func keptByMessage(ip netip.Addr, kept []string) string {
+	return fmt.Sprintf("MetalLB still counts %s as used by %s, which no longer exists (MetalLB missed the deletion while its controller was restarting); the driver can make MetalLB forget only names of its own namespace: restart MetalLB's controller to free the address",
+		ip, strings.Join(kept, ", "))
 }
 
 // attachedUnserved: the address is attached to a Service this driver pinned to its IP, and
