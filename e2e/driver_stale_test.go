@@ -163,6 +163,16 @@ func TestDriverReportsAnAllocationMetalLBKeptForADeletedTenantService(t *testing
 				t.Fatalf("the condition does not name the kept Service and the remedy: %s", held.Message)
 			}
 			waitAddressEvent(ctx, t, c, s.addr, "KeptByMetalLB")
+			// It stays said while the driver goes on nudging the hold (the report must not
+			// depend on whether a nudge is due: a flip-flop would cost a status write per nudge).
+			consistently(ctx, t, 25*time.Second, "the address to keep saying KeptByMetalLB", func(ctx context.Context) (bool, error) {
+				var a ipamv1.IPAddress
+				if err := c.Get(ctx, client.ObjectKey{Name: s.addr}, &a); err != nil {
+					return false, err
+				}
+				h := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld)
+				return h != nil && h.Reason == "KeptByMetalLB", nil
+			})
 			restart(ctx, t, "metallb-controller")
 			waitHeld(ctx, t, c, s.addr, s.ip)
 			s.checkSettled(ctx, t)

@@ -278,7 +278,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.failedAt, failures, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
 		return nil, err
 	}
-	if v.keptBy, err = d.keptBy(ctx, v, failures); err != nil {
+	if v.keptBy, err = d.keptBy(ctx, v); err != nil {
 		return nil, err
 	}
 	if len(v.holds) > 0 {
@@ -422,16 +422,21 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 	return out, said, nil
 }
 
-// keptBy finds, in MetalLB's latest reports on the address's unserved holds, the Services outside
-// the driver's namespace it says use the IP that no longer exist. Read uncached: a Service the
-// cache does not show yet is not called gone. Only a refused hold costs these reads.
-func (d *Driver) keptBy(ctx context.Context, v *addressView, failures map[string]string) ([]string, error) {
+// keptBy finds, in MetalLB's latest report on each of the address's unserved holds (whether or
+// not a nudge is due: the answer must not change with the nudge's timing), the Services outside
+// the driver's namespace it says use the IP that no longer exist. Existence is read uncached: a
+// Service the cache does not show yet is not called gone. Only a refused hold costs these reads.
+func (d *Driver) keptBy(ctx context.Context, v *addressView) ([]string, error) {
 	var out []string
 	for _, h := range v.holds {
 		if slices.Contains(IngressIPs(h), v.ip) {
 			return nil, nil // served: whatever MetalLB said before is over
 		}
-		for _, k := range inUseBy(failures[string(h.UID)]) {
+		_, msg, err := d.lastAllocationFailed(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range inUseBy(msg) {
 			if k.Namespace == d.Namespace || slices.Contains(out, k.String()) {
 				continue
 			}
