@@ -166,14 +166,18 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 				return nil, false // a live Service holds the IP: a Conflict, not a kept allocation
 			}
 		}
-		if len(deleted) > 0 {
+		if len(deleted) > 0 && v.stale.last.IsZero() {
 			// The holds this driver deleted for the attach are where MetalLB keeps the IP, if
-			// anywhere; guessing more names would only add writes while MetalLB is merely slow.
+			// anywhere: the first round releases those alone (guessing more names would only add
+			// writes while MetalLB is merely slow).
 			names := slices.Clone(deleted)
 			slices.Sort(names)
 			return slices.Compact(names), false
 		}
-		// Nothing remembered (the driver restarted since): the names it could have used.
+		// Nothing remembered (the driver restarted since), or a round of the remembered names
+		// did not help (MetalLB keeps the IP under a name this driver used without remembering
+		// it: a provisioning placeholder deleted before its cached copy showed the IP; chaos seed
+		// 941606543): the names it could have used, and the remembered ones.
 		names := []string{HoldName(v.addr.Name)}
 		if ref := v.addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
 			fam := ipamv1.FamilyOf(v.ip)

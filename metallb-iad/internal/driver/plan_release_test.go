@@ -268,6 +268,21 @@ func TestPlanRelease(t *testing.T) {
 					t.Fatalf("released %+v, want only the remembered hold-x", p.release.create)
 				}
 			}},
+		{"a round of the remembered names did not help: the claim's own names are released too (chaos seed 941606543)",
+			view(testAddress(ip, Finalizer), attached(90*time.Second), func(v *addressView) {
+				v.stale.last = t0.Add(-40 * time.Second)
+				v.stale.names, v.stale.known = staleCandidates(v, nil, "hold-x")
+				for _, n := range v.stale.names {
+					v.stale.free[n] = true
+				}
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				uid := string(v.addr.Spec.ClaimRef.UID)
+				for _, want := range []string{"hold-x", HoldName(v.addr.Name), ProvisioningName(uid, ipamv1.IPv4, 0), ProvisioningName(uid, ipamv1.IPv4, 1)} {
+					if !slices.ContainsFunc(p.release.create, func(r *corev1.Service) bool { return r.Name == want }) {
+						t.Errorf("%s not released: %+v", want, p.release.create)
+					}
+				}
+			}},
 		{"remembered names are kept while the attached Service is not served yet (the pin not in the cache)",
 			view(testAddress(ip, Finalizer), func(v *addressView) {
 				withRelease(v)
