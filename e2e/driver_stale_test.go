@@ -133,52 +133,77 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 // A tenant's name: the attached Service is deleted while MetalLB's passes fail after a restart.
 // MetalLB keeps the IP under the tenant Service's name, which the driver cannot release (it
 // creates Services only in its own namespace): the address says so, naming the Service and the
-// remedy, and once MetalLB's controller is restarted (the remedy) the hold gets the IP.
+// remedy, and once MetalLB's controller is restarted (the remedy) the IP is served again. Whether
+// the next one to ask for the IP is the hold (hold) or another Service attached to the claim.
 func TestDriverReportsAnAllocationMetalLBKeptForADeletedTenantService(t *testing.T) {
 	f := features.New("a reserved IP MetalLB keeps for a deleted tenant Service").
 		Assess("is reported on the address, and held again after MetalLB's restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := ipamClient(t)
 			s := newStaleScene(ctx, t, c, "tenant", "203.0.113.84/30", "203.0.113.88/30")
-			svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
-			if err := c.Create(ctx, svc); err != nil {
-				t.Fatal(err)
-			}
-			waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
-			s.metallbFailingAfterRestart(ctx, t)
-			if err := c.Delete(ctx, svc); err != nil {
-				t.Fatal(err)
-			}
-			waitGone(ctx, t, c, svc)
-			s.allowMetalLB(ctx, t)
-			var held *metav1.Condition
-			eventually(ctx, t, 4*time.Minute, "the address to say MetalLB keeps its IP for the deleted Service", func(ctx context.Context) (bool, error) {
-				var a ipamv1.IPAddress
-				if err := c.Get(ctx, client.ObjectKey{Name: s.addr}, &a); err != nil {
-					return false, err
-				}
-				held = meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld)
-				return held != nil && held.Reason == "KeptByMetalLB", nil
-			})
-			if !strings.Contains(held.Message, s.ns+"/kept") || !strings.Contains(held.Message, "restart MetalLB's controller") {
-				t.Fatalf("the condition does not name the kept Service and the remedy: %s", held.Message)
-			}
-			waitAddressEvent(ctx, t, c, s.addr, "KeptByMetalLB")
-			// It stays said while the driver goes on nudging the hold (the report must not
-			// depend on whether a nudge is due: a flip-flop would cost a status write per nudge).
-			consistently(ctx, t, 25*time.Second, "the address to keep saying KeptByMetalLB", func(ctx context.Context) (bool, error) {
-				var a ipamv1.IPAddress
-				if err := c.Get(ctx, client.ObjectKey{Name: s.addr}, &a); err != nil {
-					return false, err
-				}
-				h := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld)
-				return h != nil && h.Reason == "KeptByMetalLB", nil
-			})
-			restart(ctx, t, "metallb-controller")
+			s.keptForDeletedService(ctx, t, nil)
 			waitHeld(ctx, t, c, s.addr, s.ip)
+			s.checkSettled(ctx, t)
+			return ctx
+		}).
+		Assess("is reported while another Service attached to the claim waits, which is served after the restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := ipamClient(t)
+			s := newStaleScene(ctx, t, c, "next", "203.0.113.92/30", "203.0.113.96/30")
+			next := lbService(s.ns, "next", map[string]string{claimAnnotation: "kept"}, false)
+			s.keptForDeletedService(ctx, t, next)
+			waitIngress(ctx, t, c, s.ns, "next", []string{s.ip})
 			s.checkSettled(ctx, t)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// keptForDeletedService attaches a Service to the scene's claim, deletes it while MetalLB's passes
+// fail after a restart, creates next (when not nil) attached to the same claim, waits until the
+// address says KeptByMetalLB naming the deleted Service (and keeps saying it), and restarts
+// MetalLB's controller, the documented remedy.
+func (s *staleScene) keptForDeletedService(ctx context.Context, t *testing.T, next *corev1.Service) {
+	t.Helper()
+	c := s.c
+	svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
+	s.metallbFailingAfterRestart(ctx, t)
+	if err := c.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(ctx, t, c, svc)
+	if next != nil {
+		if err := c.Create(ctx, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.allowMetalLB(ctx, t)
+	heldReason := func(ctx context.Context) (*metav1.Condition, error) {
+		var a ipamv1.IPAddress
+		if err := c.Get(ctx, client.ObjectKey{Name: s.addr}, &a); err != nil {
+			return nil, err
+		}
+		return meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld), nil
+	}
+	var held *metav1.Condition
+	eventually(ctx, t, 4*time.Minute, "the address to say MetalLB keeps its IP for the deleted Service", func(ctx context.Context) (bool, error) {
+		var err error
+		held, err = heldReason(ctx)
+		return held != nil && held.Reason == "KeptByMetalLB", err
+	})
+	if !strings.Contains(held.Message, s.ns+"/kept") || !strings.Contains(held.Message, "restart MetalLB's controller") {
+		t.Fatalf("the condition does not name the kept Service and the remedy: %s", held.Message)
+	}
+	waitAddressEvent(ctx, t, c, s.addr, "KeptByMetalLB")
+	// It stays said while the driver goes on nudging the hold (the report must not depend on
+	// whether a nudge is due: a flip-flop would cost a status write per nudge).
+	consistently(ctx, t, 25*time.Second, "the address to keep saying KeptByMetalLB", func(ctx context.Context) (bool, error) {
+		h, err := heldReason(ctx)
+		return h != nil && h.Reason == "KeptByMetalLB", err
+	})
+	restart(ctx, t, "metallb-controller")
 }
 
 // waitAddressEvent waits for an event of that reason on the (cluster-scoped) IPAddress.

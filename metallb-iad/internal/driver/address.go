@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -278,9 +279,6 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	if v.failedAt, failures, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
 		return nil, err
 	}
-	if v.keptBy, err = d.keptBy(ctx, v); err != nil {
-		return nil, err
-	}
 	if len(v.holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 		for _, h := range v.holds {
@@ -314,6 +312,9 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 			}
 			v.cleared[h.svc.UID] = c
 		}
+	}
+	if v.keptBy, err = d.keptBy(ctx, v); err != nil {
+		return nil, err
 	}
 	if err := d.staleSnapshot(ctx, v, failures); err != nil {
 		return nil, err
@@ -422,12 +423,15 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 	return out, said, nil
 }
 
-// keptBy finds, in MetalLB's latest report on each of the address's unserved holds (whether or
-// not a nudge is due: the answer must not change with the nudge's timing), the Services outside
-// the driver's namespace it says use the IP that no longer exist. Existence is read uncached: a
-// Service the cache does not show yet is not called gone. Only a refused hold costs these reads.
+// keptBy finds the Services outside the driver's namespace that MetalLB's latest report says use
+// the IP and that no longer exist: on each of the address's unserved holds (whether or not a
+// nudge is due: the answer must not change with the nudge's timing), and on the attached Service
+// once it has waited unserved for keptCheckAfter (its reports are in the tenant's namespace,
+// outside the driver's cache: read uncached, and only then, so that an ordinary attach, which
+// MetalLB serves within seconds, costs no read). Existence is read uncached too: a Service the
+// cache does not show yet is not called gone.
 func (d *Driver) keptBy(ctx context.Context, v *addressView) ([]string, error) {
-	var out []string
+	var messages []string
 	for _, h := range v.holds {
 		if slices.Contains(IngressIPs(h), v.ip) {
 			return nil, nil // served: whatever MetalLB said before is over
@@ -436,8 +440,24 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		messages = append(messages, msg)
+	}
+	if s := v.attached; s != nil && attachedUnserved(v) && v.unserved.uid == s.UID && !v.unserved.since.IsZero() &&
+		v.now.Sub(v.unserved.since) >= keptCheckAfter {
+		var evs corev1.EventList
+		err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.SelectorFromSet(
+			fields.Set{"involvedObject.uid": string(s.UID), "reason": ReasonAllocationFailed})})
+		if err != nil {
+			return nil, err
+		}
+		_, msg := latestAllocationFailed(evs.Items)
+		messages = append(messages, msg)
+	}
+	var out []string
+	for _, msg := range messages {
 		for _, k := range inUseBy(msg) {
-			if k.Namespace == d.Namespace || slices.Contains(out, k.String()) {
+			if k.Namespace == d.Namespace || slices.Contains(out, k.String()) ||
+				(v.attached != nil && k.Namespace == v.attached.Namespace && k.Name == v.attached.Name) {
 				continue
 			}
 			var s corev1.Service
@@ -468,11 +488,18 @@ func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (t
 		client.UnsafeDisableDeepCopy); err != nil {
 		return time.Time{}, "", err
 	}
+	last, msg := latestAllocationFailed(evs.Items)
+	return last, msg, nil
+}
+
+// latestAllocationFailed is the latest of MetalLB's AllocationFailed reports among evs: when, and
+// what it said (zero and "" when none).
+func latestAllocationFailed(evs []corev1.Event) (time.Time, string) {
 	var last time.Time
 	var msg string
 	found := false
-	for i := range evs.Items {
-		e := &evs.Items[i]
+	for i := range evs {
+		e := &evs[i]
 		if e.Reason != ReasonAllocationFailed {
 			continue
 		}
@@ -480,8 +507,12 @@ func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (t
 			last, msg, found = t, e.Message, true
 		}
 	}
-	return last, msg, nil
+	return last, msg
 }
+
+// keptCheckAfter is how long an attached Service waits unserved before the driver reads MetalLB's
+// reports on it, looking for an IP kept for a deleted Service.
+const keptCheckAfter = 30 * time.Second
 
 // eventTime is when an event was last seen.
 func eventTime(e *corev1.Event) time.Time {

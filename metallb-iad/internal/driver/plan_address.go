@@ -218,6 +218,13 @@ func planAddress(v addressView) addressPlan {
 		p.unserved = &unservedWait{} // no attached Service waits any more
 	}
 	planRelease(v, waiting, status, &p)
+	if waiting != nil && waiting == v.attached && len(v.keptBy) > 0 {
+		// MetalLB refuses the attached Service for a deleted Service of another namespace: what
+		// the driver could release would not help, and the admin is told what does.
+		msg := keptByMessage(v.ip, v.keptBy)
+		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
+		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonKeptByMetalLB, message: msg, once: true})
+	}
 
 	if lostReason != "" {
 		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)

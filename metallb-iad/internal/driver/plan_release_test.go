@@ -283,6 +283,22 @@ func TestPlanRelease(t *testing.T) {
 					}
 				}
 			}},
+		{"MetalLB keeps the attached Service's IP for a deleted Service of another namespace: said, nothing released (chaos seed 515185188)",
+			view(testAddress(ip, Finalizer), func(v *addressView) {
+				v.keptBy = []string{"t/gone"}
+				attached(2 * time.Minute)(v)
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				if len(v.stale.names) != 0 || len(p.release.create) != 0 {
+					t.Fatalf("released %+v (candidates %v) although MetalLB named the kept Service", p.release.create, v.stale.names)
+				}
+				c := cond(p, ipamv1.ConditionHeld)
+				if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonKeptByMetalLB || !strings.Contains(c.Message, "t/gone") {
+					t.Fatalf("held %+v", c)
+				}
+				if !slices.ContainsFunc(p.events, func(e event) bool { return e.reason == ReasonKeptByMetalLB && e.obj == v.addr && e.once }) {
+					t.Fatalf("events %+v", p.events)
+				}
+			}},
 		{"remembered names are kept while the attached Service is not served yet (the pin not in the cache)",
 			view(testAddress(ip, Finalizer), func(v *addressView) {
 				withRelease(v)
