@@ -19,7 +19,7 @@ import (
 )
 
 // The pages whose YAML and annotation names are checked against the code.
-var userPages = []string{"docs/tenant-guide.md", "docs/troubleshooting.md", "docs/operating-guide.md"}
+var userPages = []string{"docs/tenant-guide.md", "docs/troubleshooting.md", "docs/concepts.md", "docs/operating-guide.md"}
 
 // Every local.sdn.cozystack.io object in the documentation's YAML blocks, and in examples/, uses
 // only fields the CRDs define, with values their enums allow.
