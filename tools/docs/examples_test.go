@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
 // The pages whose YAML and annotation names are checked against the code.
 var userPages = []string{"docs/tenant-guide.md", "docs/troubleshooting.md", "docs/concepts.md", "docs/operating-guide.md"}
 
@@ -48,7 +50,7 @@ func TestDocumentedObjectsMatchTheCRDs(t *testing.T) {
 			blocks = yamlBlocks(string(data))
 		}
 		for _, b := range blocks {
-			for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(b, -1) {
+			for _, doc := range docSeparator.Split(b, -1) {
 				var obj map[string]any
 				if err := yaml.Unmarshal([]byte(doc), &obj); err != nil || obj == nil {
 					continue // a fragment of values, or not YAML at all
@@ -97,7 +99,7 @@ func TestCRDCheckRejectsWhatTheCRDLacks(t *testing.T) {
 }
 
 // Every annotation, label or finalizer of the API's domain that the user pages name is one the
-// code defines, so a page cannot teach a misspelt or renamed key.
+// code defines, so a page cannot teach a mistyped or renamed key.
 func TestDocumentedKeysAreDefinedByTheCode(t *testing.T) {
 	root := filepath.Join("..", "..")
 	known := map[string]bool{"local.sdn.cozystack.io/v1alpha1": true}

@@ -142,6 +142,7 @@ var (
 	refDef     = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$`)
 	htmlLink   = regexp.MustCompile(`<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"`)
 	htmlAnchor = regexp.MustCompile(`<a\s[^>]*?(?:name|id)="([^"]*)"`)
+	urlScheme  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 	atxHeading = regexp.MustCompile(`^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$`)
 )
 
@@ -208,7 +209,7 @@ func checkLinks(root, file string) ([]string, int, error) {
 	var problems []string
 	n := 0
 	for _, target := range extractLinks(string(data)) {
-		if target == "" || strings.HasPrefix(target, "//") || regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`).MatchString(target) {
+		if target == "" || strings.HasPrefix(target, "//") || urlScheme.MatchString(target) {
 			continue // absolute URLs are not checked
 		}
 		n++
