@@ -22,7 +22,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -114,8 +113,13 @@ type chaosRun struct {
 	// remedies counts the documented admin remedies the convergence applied (restarts of
 	// MetalLB's controller for addresses that said KeptByMetalLB).
 	remedies int
-	failures map[string]int // operations that failed for good (after retries)
-	stalls   sync.WaitGroup
+	// metallbKills and deleted (Service "ns/name" → when) tell whether an address that says
+	// KeptByMetalLB names a Service deleted in MetalLB's restart window, the one case the
+	// remedy answers.
+	metallbKills []time.Time
+	deleted      map[string]time.Time
+	failures     map[string]int // operations that failed for good (after retries)
+	stalls       sync.WaitGroup
 }
 
 func (r *chaosRun) logf(format string, args ...any) {
@@ -137,7 +141,7 @@ func TestChaos(t *testing.T) {
 			c := chaosClient(t)
 			r := &chaosRun{t: t, c: c, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ns: "tenant-chaos",
 				claims: map[string]*chaosClaim{}, svcs: map[string]string{}, opCounts: map[string]int{},
-				faults: map[string]int{}, failures: map[string]int{}}
+				faults: map[string]int{}, failures: map[string]int{}, deleted: map[string]time.Time{}}
 			r.pools = []*chaosPool{
 				{class: "chaos-retain", policy: ipamv1.ReclaimRetain, shrinkable: "198.18.10.0/29",
 					main: []string{"198.18.10.128/25", "2001:db8:c0::/121"}},
@@ -423,6 +427,7 @@ func (r *chaosRun) deleteService(ctx context.Context) (string, error) {
 	obj := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: svc}}
 	err := client.IgnoreNotFound(r.retry(ctx, "delete Service "+svc, func(ctx context.Context) error { return r.c.Delete(ctx, obj) }))
 	if err == nil {
+		r.deleted[r.ns+"/"+svc] = time.Now()
 		if c := r.claims[r.svcs[svc]]; c != nil && c.service == svc {
 			c.service = ""
 		}
@@ -513,6 +518,9 @@ func (r *chaosRun) fault(local interface {
 		r.logf("FAULT kill -9 %s: %v", name, errOr(err))
 		if err == nil {
 			r.faults["kill "+name]++
+			if name == "metallb-controller" {
+				r.metallbKills = append(r.metallbKills, time.Now())
+			}
 		}
 		return
 	}
@@ -595,6 +603,7 @@ func (r *chaosRun) converge(ctx context.Context, timeout time.Duration) ([]chaos
 	start := time.Now()
 	var last []chaos.Violation
 	var keptSince time.Time
+	told := map[string]bool{}
 	for time.Since(start) < timeout {
 		snap, err := r.snapshot(ctx)
 		if err == nil {
@@ -605,12 +614,27 @@ func (r *chaosRun) converge(ctx context.Context, timeout time.Duration) ([]chaos
 			// The one state the controllers cannot repair: MetalLB keeps an IP for a tenant
 			// Service deleted while its controller restarted, and the address says so
 			// (KeptByMetalLB). Its documented remedy is an admin's: restart MetalLB's controller.
-			// The test acts as that admin once the state has lasted 30 s, and counts it.
-			if kept := keptByMetalLB(snap); len(kept) == 0 {
+			// The test acts as that admin once the state has lasted 30 s, and counts it — only
+			// when every such address names Services this run deleted within MetalLB's restart
+			// window: a restart rebuilds MetalLB's whole state, and would hide a state the
+			// controllers got wrong.
+			kept := chaos.KeptByMetalLB(snap)
+			explained := len(kept) > 0
+			for _, k := range kept {
+				if !chaos.Explained(k, r.deleted, r.metallbKills) {
+					explained = false
+					if !told[k.Address] {
+						told[k.Address] = true
+						r.logf("address %s says KeptByMetalLB for %v, not Services this run deleted within %s of a kill of MetalLB's controller: no remedy", k.Address, k.Services, chaos.RestartWindow)
+					}
+				}
+			}
+			switch {
+			case !explained:
 				keptSince = time.Time{}
-			} else if keptSince.IsZero() {
+			case keptSince.IsZero():
 				keptSince = time.Now()
-			} else if time.Since(keptSince) >= 30*time.Second && r.remedies < 3 {
+			case time.Since(keptSince) >= 30*time.Second && r.remedies < 3:
 				r.remedies++
 				r.logf("admin remedy %d: restarting MetalLB's controller, as addresses %v say (KeptByMetalLB)", r.remedies, kept)
 				r.restartMetalLB(ctx)
@@ -620,18 +644,6 @@ func (r *chaosRun) converge(ctx context.Context, timeout time.Duration) ([]chaos
 		time.Sleep(2 * time.Second)
 	}
 	return last, time.Since(start)
-}
-
-// keptByMetalLB lists the addresses whose Held condition says MetalLB keeps their IP for a
-// deleted Service of another namespace.
-func keptByMetalLB(snap chaos.Snapshot) []string {
-	var out []string
-	for _, a := range snap.Address {
-		if c := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld); c != nil && c.Reason == "KeptByMetalLB" {
-			out = append(out, a.Name)
-		}
-	}
-	return out
 }
 
 // restartMetalLB kills MetalLB's controller and waits until it is ready again.
