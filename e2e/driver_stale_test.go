@@ -197,12 +197,22 @@ func (s *staleScene) keptForDeletedService(ctx context.Context, t *testing.T, ne
 		t.Fatalf("the condition does not name the kept Service and the remedy: %s", held.Message)
 	}
 	waitAddressEvent(ctx, t, c, s.addr, "KeptByMetalLB")
-	// It stays said while the driver goes on nudging the hold (the report must not depend on
-	// whether a nudge is due: a flip-flop would cost a status write per nudge).
+	if next != nil {
+		// The tenant hears that its Service waits, and why, without a name of another tenant
+		// (noOtherTenantNamed in the suite's other tests covers that).
+		waitServiceEvent(ctx, t, c, s.ns, "next", "NotServed")
+	}
+	// It stays said, and is said once: across a restart of the driver (whose memory goes with
+	// it), with no status write and no second Warning.
+	said := addressEventCount(ctx, t, c, s.addr, "KeptByMetalLB")
+	restart(ctx, t, "metallb-iad")
 	consistently(ctx, t, 25*time.Second, "the address to keep saying KeptByMetalLB", func(ctx context.Context) (bool, error) {
 		h, err := heldReason(ctx)
-		return h != nil && h.Reason == "KeptByMetalLB", err
+		return h != nil && h.Reason == "KeptByMetalLB" && h.LastTransitionTime.Equal(&held.LastTransitionTime), err
 	})
+	if n := addressEventCount(ctx, t, c, s.addr, "KeptByMetalLB"); n != said {
+		t.Errorf("the KeptByMetalLB Warning was said %d times, then %d after the driver restarted", said, n)
+	}
 	restart(ctx, t, "metallb-controller")
 }
 
@@ -221,6 +231,27 @@ func waitAddressEvent(ctx context.Context, t *testing.T, c client.Client, addres
 		}
 		return false, nil
 	})
+}
+
+// addressEventCount counts the events of that reason on the (cluster-scoped) IPAddress, repeats
+// included.
+func addressEventCount(ctx context.Context, t *testing.T, c client.Client, address, reason string) int {
+	t.Helper()
+	var evs eventsv1.EventList
+	if err := c.List(ctx, &evs); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "IPAddress" && e.Regarding.Name == address && e.Reason == reason {
+			k := max(1, int(e.DeprecatedCount))
+			if e.Series != nil {
+				k = max(k, int(e.Series.Count))
+			}
+			n += k
+		}
+	}
+	return n
 }
 
 // staleScene is one claim Bound and held in a class of its own, and a blocker Service whose

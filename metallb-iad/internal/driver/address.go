@@ -313,7 +313,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 			v.cleared[h.svc.UID] = c
 		}
 	}
-	if v.keptBy, err = d.keptBy(ctx, v); err != nil {
+	if err := d.keptBy(ctx, v); err != nil {
 		return nil, err
 	}
 	if err := d.staleSnapshot(ctx, v, failures); err != nil {
@@ -423,55 +423,55 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 	return out, said, nil
 }
 
-// keptBy finds the Services outside the driver's namespace that MetalLB's latest report says use
-// the IP and that no longer exist: on each of the address's unserved holds (whether or not a
-// nudge is due: the answer must not change with the nudge's timing), and on the attached Service
-// once it has waited unserved for keptCheckAfter (its reports are in the tenant's namespace,
-// outside the driver's cache: read uncached, and only then, so that an ordinary attach, which
-// MetalLB serves within seconds, costs no read). Existence is read uncached too: a Service the
-// cache does not show yet is not called gone.
-func (d *Driver) keptBy(ctx context.Context, v *addressView) ([]string, error) {
+// keptBy reads what plan_kept.go decides from: MetalLB's latest report on each of the address's
+// unserved holds (whether or not a nudge is due: the answer must not change with the nudge's
+// timing), and on the attached Service once it has waited unserved for keptCheckAfter or the
+// address says KeptByMetalLB already (its reports are in the tenant's namespace, outside the
+// driver's cache: read uncached, and only then, so that an ordinary attach, which MetalLB serves
+// within seconds, costs no read); which of the Services they name exist, read uncached (a Service
+// the cache does not show yet is not called gone); and since when the driver has seen them gone.
+func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 	var messages []string
+	served := false
 	for _, h := range v.holds {
 		if slices.Contains(IngressIPs(h), v.ip) {
-			return nil, nil // served: whatever MetalLB said before is over
+			served = true // whatever MetalLB said before is over
+			break
 		}
 		_, msg, err := d.lastAllocationFailed(ctx, h)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		messages = append(messages, msg)
 	}
-	if s := v.attached; s != nil && attachedUnserved(v) && v.unserved.uid == s.UID && !v.unserved.since.IsZero() &&
-		v.now.Sub(v.unserved.since) >= keptCheckAfter {
+	if s := v.attached; !served && s != nil && attachedUnserved(v) && (keptSaid(v.addr) ||
+		(v.unserved.uid == s.UID && !v.unserved.since.IsZero() && v.now.Sub(v.unserved.since) >= keptCheckAfter)) {
 		var evs corev1.EventList
 		err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.SelectorFromSet(
 			fields.Set{"involvedObject.uid": string(s.UID), "reason": ReasonAllocationFailed})})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		_, msg := latestAllocationFailed(evs.Items)
 		messages = append(messages, msg)
 	}
-	var out []string
-	for _, msg := range messages {
-		for _, k := range inUseBy(msg) {
-			if k.Namespace == d.Namespace || slices.Contains(out, k.String()) ||
-				(v.attached != nil && k.Namespace == v.attached.Namespace && k.Name == v.attached.Name) {
-				continue
-			}
-			var s corev1.Service
-			err := d.reader.Get(ctx, k, &s)
-			switch {
-			case apierrors.IsNotFound(err):
-				out = append(out, k.String())
-			case err != nil:
-				return nil, err
-			}
+	if served {
+		messages = nil
+	}
+	var missing []string
+	for _, k := range keptCandidates(messages, d.Namespace, v.attached) {
+		var s corev1.Service
+		err := d.reader.Get(ctx, k, &s)
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, k.String())
+		case err != nil:
+			return err
 		}
 	}
-	slices.Sort(out)
-	return out, nil
+	v.keptBy, v.keptRecheck = keptVerdict(d.memory.goneSince(v.addr.Name, missing, v.now), v.now, keptSaid(v.addr))
+	v.reported = slices.ContainsFunc(messages, func(m string) bool { return m != "" })
+	return nil
 }
 
 // lastAllocationFailed is when MetalLB last reported AllocationFailed on the Service, one of the

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -19,7 +20,9 @@ import (
 //     may keep it under);
 //   - the attached Service's wait unserved (plan_notserved.go);
 //   - the times a Service's stale ingress of the IP was cleared (staleHolder), the last
-//     clearLimit within clearMemoryFor.
+//     clearLimit within clearMemoryFor;
+//   - since when the Services of other namespaces that MetalLB's latest reports name have been
+//     seen gone (plan_kept.go).
 //
 // None of it decides what is written to the apiserver's objects by itself: it only spaces
 // retries out and bounds them. An entry goes with its address (forget), and an entry with
@@ -34,10 +37,11 @@ type addressMemory struct {
 	deleted  []string
 	unserved unservedWait
 	cleared  map[types.UID][]time.Time
+	gone     map[string]time.Time
 }
 
 func (a *addressMemory) empty() bool {
-	return a.stale == (staleWait{}) && len(a.deleted) == 0 && a.unserved.since.IsZero() && len(a.cleared) == 0
+	return a.stale == (staleWait{}) && len(a.deleted) == 0 && a.unserved.since.IsZero() && len(a.cleared) == 0 && len(a.gone) == 0
 }
 
 // maxDeletedNames bounds the names remembered per address.
@@ -144,6 +148,33 @@ func (e *addressMemory) pruneClears(now time.Time) {
 			e.cleared[uid] = ts
 		}
 	}
+}
+
+// maxGoneNames bounds the gone Services remembered per address.
+const maxGoneNames = 8
+
+// goneSince remembers the Services (missing, "namespace/name") seen gone now, keeping when each
+// was first seen so and forgetting every other name, and returns those times.
+func (m *metallbMemory) goneSince(address string, missing []string, now time.Time) (out map[string]time.Time) {
+	m.update(address, func(e *addressMemory) {
+		g := map[string]time.Time{}
+		for _, name := range missing {
+			if len(g) == maxGoneNames {
+				break
+			}
+			if t, ok := e.gone[name]; ok {
+				g[name] = t
+			} else {
+				g[name] = now
+			}
+		}
+		if len(g) == 0 {
+			g = nil
+		}
+		e.gone = g
+		out = maps.Clone(g)
+	})
+	return out
 }
 
 // forget drops everything remembered of an address (it is gone).

@@ -70,8 +70,12 @@ type addressView struct {
 	// for those mayNudge).
 	failedAt map[types.UID]time.Time
 	// keptBy are the Services outside the driver's namespace ("ns/name") that MetalLB's latest
-	// report on an unserved hold says use the IP and that do not exist (read uncached).
-	keptBy []string
+	// reports say use the IP and that have been gone for keptGrace (keptVerdict); keptRecheck is
+	// when the next named one is due (zero: none); reported: some report was read at all (an
+	// Event MetalLB wrote more than an hour ago is gone).
+	keptBy      []string
+	keptRecheck time.Duration
+	reported    bool
 	// metallbPassed is how far MetalLB has got (metallbProgress).
 	metallbPassed metallbMark
 
@@ -218,13 +222,12 @@ func planAddress(v addressView) addressPlan {
 		p.unserved = &unservedWait{} // no attached Service waits any more
 	}
 	planRelease(v, waiting, status, &p)
-	if waiting != nil && waiting == v.attached && len(v.keptBy) > 0 {
+	if waiting != nil && waiting == v.attached && v.kept() {
 		// MetalLB refuses the attached Service for a deleted Service of another namespace: what
 		// the driver could release would not help, and the admin is told what does.
-		msg := keptByMessage(v.ip, v.keptBy)
-		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
-		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonKeptByMetalLB, message: msg, once: true})
+		planKeptForService(v, status, &p)
 	}
+	p.requeue = driverkit.Sooner(p.requeue, v.keptRecheck)
 
 	if lostReason != "" {
 		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
@@ -318,16 +321,16 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
 		return nil
 	}
-	if len(v.keptBy) > 0 {
-		// Nothing the driver can write frees the IP; the admin is told what does. Nudges go on
-		// with their back-off, so the hold is served soon after MetalLB's restart.
-		msg := keptByMessage(v.ip, v.keptBy)
-		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
-		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonKeptByMetalLB, message: msg, once: true})
-	} else {
-		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
+	if v.kept() {
+		// Nothing the driver can write frees the IP, a nudge included; the admin is told what
+		// does. The restart of MetalLB's controller passes over every Service and serves the
+		// hold by itself; the address is looked at again a minute from now.
+		planKept(v, v.keptMessage(), status, p)
+		p.requeue = driverkit.MaxRecheck
+		return hold
 	}
+	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
 	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID], v.metallbPassed)
 	if nudge {
 		p.nudge = hold

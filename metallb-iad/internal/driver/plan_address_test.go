@@ -171,8 +171,46 @@ func TestPlanAddress(t *testing.T) {
 					p.events[0].message != c.Message {
 					t.Fatalf("events %+v", p.events)
 				}
-				if p.nudge == nil || p.requeue <= 0 || p.requeue > time.Minute {
-					t.Fatalf("the hold is no longer nudged and looked at again: %+v", p)
+				if p.nudge != nil || p.requeue != time.Minute {
+					t.Fatalf("nudged (only a restart of MetalLB's controller helps) or not looked at again a minute from now: %+v", p)
+				}
+			}},
+		{"kept, said before, MetalLB's report gone: the condition stays, nothing written, no nudge", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.failedAt = map[types.UID]time.Time{v.holds[0].UID: v.holds[0].CreationTimestamp.Time}
+			// What the pass that concluded it wrote.
+			first := *v
+			first.addr, first.keptBy = v.addr.DeepCopy(), []string{"tenant-a/web"}
+			v.addr.Status = *planAddress(first).status
+		}),
+			func(t *testing.T, p addressPlan) {
+				if p.status != nil || len(p.events) != 0 || p.nudge != nil || len(p.unsay) != 0 {
+					t.Fatalf("%+v", p)
+				}
+			}},
+		{"kept said before, and MetalLB's latest report names a Service that exists: waiting for MetalLB again", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			setCondition(v.addr, &v.addr.Status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, keptByMessage(v.ip, []string{"tenant-a/web"}))
+			v.reported = true
+		}),
+			func(t *testing.T, p addressPlan) {
+				if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonWaitingForMetalLB {
+					t.Fatalf("held %+v", c)
+				}
+				if !slices.ContainsFunc(p.unsay, func(u unsay) bool { return u.topic == ReasonKeptByMetalLB }) {
+					t.Fatalf("unsay %+v", p.unsay)
+				}
+			}},
+		{"a named Service only just gone: waiting, looked at again when it would be due", view(testAddress(ip, Finalizer), func(v *addressView) {
+			v.holds = []*corev1.Service{hold(name, ip, false)}
+			v.reported, v.keptRecheck = true, 25*time.Second
+		}),
+			func(t *testing.T, p addressPlan) {
+				if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonWaitingForMetalLB {
+					t.Fatalf("held %+v", c)
+				}
+				if p.requeue <= 0 || p.requeue > 25*time.Second {
+					t.Fatalf("requeue %s", p.requeue)
 				}
 			}},
 		{"the kept IP freed: held again, and a recurrence would be said again", view(testAddress(ip, Finalizer), func(v *addressView) {

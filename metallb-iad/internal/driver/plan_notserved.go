@@ -48,7 +48,8 @@ type unservedWait struct {
 // that memory.
 func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus, p *addressPlan) {
 	held := findCondition(v.addr, ipamv1.ConditionHeld)
-	said := held != nil && held.Status == metav1.ConditionFalse && held.Reason == ReasonNotServed
+	// A KeptByMetalLB condition told the Service already (planKeptForService).
+	said := held != nil && held.Status == metav1.ConditionFalse && (held.Reason == ReasonNotServed || held.Reason == ReasonKeptByMetalLB)
 	var since time.Time
 	if v.attached != nil && v.unserved.uid == v.attached.UID {
 		since, said = v.unserved.since, said || v.unserved.said

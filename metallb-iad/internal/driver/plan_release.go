@@ -158,7 +158,7 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 		return nil, false
 	}
 	if v.attached != nil {
-		if v.releaseAfter <= 0 || !attachedUnserved(v) || len(v.keptBy) > 0 {
+		if v.releaseAfter <= 0 || !attachedUnserved(v) || v.kept() {
 			// (MetalLB said it keeps the IP for a deleted Service of another namespace: no name
 			// of the driver's would help.)
 			return nil, false

@@ -299,6 +299,35 @@ func TestPlanRelease(t *testing.T) {
 					t.Fatalf("events %+v", p.events)
 				}
 			}},
+		{"the attached Service refused for a kept IP hears it once, naming nothing of another namespace",
+			view(testAddress(ip, Finalizer), func(v *addressView) {
+				v.keptBy = []string{"other/gone"}
+				attached(2 * time.Minute)(v)
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				i := slices.IndexFunc(p.events, func(e event) bool { return e.obj == v.attached })
+				if i < 0 || p.events[i].reason != ReasonNotServed || !p.events[i].warning || strings.Contains(p.events[i].message, "other") {
+					t.Fatalf("events %+v", p.events)
+				}
+				if c := cond(p, ipamv1.ConditionHeld); c == nil || !strings.HasSuffix(c.Message, "Service t/web, attached to the address, waits for it") {
+					t.Fatalf("held %+v", c)
+				}
+				if p.unserved == nil || !p.unserved.said || p.unserved.uid != v.attached.UID {
+					t.Fatalf("the Warning is not remembered as said: %+v", p.unserved)
+				}
+			}},
+		{"said before the driver restarted (its memory gone, MetalLB's report expired): nothing said or written again",
+			view(testAddress(ip, Finalizer), func(v *addressView) {
+				attached(2 * time.Minute)(v)
+				// What the pass that concluded it wrote.
+				first := *v
+				first.addr, first.keptBy = v.addr.DeepCopy(), []string{"other/gone"}
+				v.addr.Status = *planAddress(first).status
+				v.stale.names, v.stale.known = staleCandidates(v, nil) // as the pass reads them: after the address
+			}), func(t *testing.T, v addressView, p addressPlan) {
+				if len(p.events) != 0 || len(p.release.create) != 0 || p.status != nil {
+					t.Fatalf("events %+v, releases %+v, status %+v", p.events, p.release.create, p.status)
+				}
+			}},
 		{"remembered names are kept while the attached Service is not served yet (the pin not in the cache)",
 			view(testAddress(ip, Finalizer), func(v *addressView) {
 				withRelease(v)
