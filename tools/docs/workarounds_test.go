@@ -64,3 +64,71 @@ func TestWorkaroundTableNamesRealTests(t *testing.T) {
 		}
 	}
 }
+
+// Each live row of the table shows its behaviour with an end-to-end test on MetalLB alone
+// (e2e/metallb_behaviour_test.go), and each such test is in the table: a behaviour test that
+// is not one, or one the table forgets, fails here. Rows marked gone name none.
+func TestWorkaroundTableRowsHaveBehaviourTests(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "metallb-iad", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "e2e", "metallb_behaviour_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^func (TestMetalLB[A-Za-z0-9_]+)\(t \*testing\.T\)`).FindAllStringSubmatch(string(src), -1) {
+		defined[m[1]] = false
+	}
+	if len(defined) == 0 {
+		t.Fatal("e2e/metallb_behaviour_test.go defines no TestMetalLB… test")
+	}
+	section := string(readme)
+	start := strings.Index(section, "### MetalLB behaviours the driver answers")
+	if start < 0 {
+		t.Fatal("metallb-iad/README.md has no table of MetalLB behaviours")
+	}
+	section = section[start:]
+	rows := 0
+	for _, line := range strings.Split(section, "\n")[1:] {
+		if strings.HasPrefix(line, "### ") {
+			break
+		}
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| MetalLB behaviour") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) != 5 {
+			t.Errorf("row with %d cells, want 5: %s", len(cells), line)
+			continue
+		}
+		rows++
+		gone := strings.HasPrefix(strings.TrimSpace(cells[0]), "*Gone")
+		tests := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(cells[3], -1)
+		switch {
+		case gone && len(tests) > 0:
+			t.Errorf("a gone behaviour names a behaviour test: %s", cells[0])
+		case !gone && len(tests) == 0:
+			t.Errorf("no behaviour test for: %s", cells[0])
+		case !gone && !strings.Contains(cells[1], "v0.16"):
+			t.Errorf("a live behaviour does not say it is in the MetalLB Cozystack ships (v0.16.1): %s", cells[0])
+		}
+		for _, m := range tests {
+			if _, ok := defined[m[1]]; !ok {
+				t.Errorf("behaviour test %s is not a TestMetalLB… test of e2e/metallb_behaviour_test.go (row: %s)", m[1], cells[0])
+			} else {
+				defined[m[1]] = true
+			}
+		}
+	}
+	if rows < 5 {
+		t.Fatalf("read only %d rows", rows)
+	}
+	for name, used := range defined {
+		if !used {
+			t.Errorf("e2e/metallb_behaviour_test.go's %s shows no behaviour of the table", name)
+		}
+	}
+}
