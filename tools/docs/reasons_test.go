@@ -348,3 +348,94 @@ func stripFences(md string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+const tenantGuide = "docs/tenant-guide.md"
+
+// Every reason whose troubleshooting entry says a tenant sees it is linked from the tenant
+// guide (its "What you may see" table), so a tenant reading the guide meets every reason it can
+// be shown.
+func TestTenantGuideLinksEveryTenantReason(t *testing.T) {
+	root := filepath.Join("..", "..")
+	page, err := os.ReadFile(filepath.Join(root, troubleshootingPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide, err := os.ReadFile(filepath.Join(root, tenantGuide))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := tenantEntries(string(page))
+	// The parser must still read the entries' audience lines.
+	for _, want := range []string{"ClaimNotReady", "AddressDeleted", "Detached", "NotServed"} {
+		if !slices.Contains(tenant, want) {
+			t.Fatalf("%s: no tenant entry %s found (have %v): the audience lines are no longer parsed", troubleshootingPage, want, tenant)
+		}
+	}
+	if slices.Contains(tenant, "HeldByOtherService") {
+		t.Fatalf("%s: HeldByOtherService read as a tenant entry", troubleshootingPage)
+	}
+	t.Logf("%d tenant reasons: %v", len(tenant), tenant)
+	for _, r := range unlinkedReasons(tenant, string(guide)) {
+		t.Errorf("%s does not link %s#%s, which a tenant can see: add it to \"What you may see\"", tenantGuide, troubleshootingPage, strings.ToLower(r))
+	}
+}
+
+// The check reports a tenant reason the guide leaves out.
+func TestTenantGuideCheckCatchesAMissingReason(t *testing.T) {
+	page := "# T\n\n### `Shown`\n\n*Warning event on a Service · tenant.*\n\n**Cause.** x\n\n" +
+		"### `Both`\n\n*Normal event on a claim · tenant (on the claim), admin (on the\naddress).* x\n\n" +
+		"### `Hidden`\n\n*Condition reason (`Held=False`) · admin; the claim turns `Lost`\n([`AddressLost`](#addresslost)).*\n"
+	tenant := tenantEntries(page)
+	if !slices.Equal(tenant, []string{"Both", "Shown"}) {
+		t.Fatalf("tenant entries %v, want [Both Shown]", tenant)
+	}
+	guide := "| Service | [`Shown`](troubleshooting.md#shown) | x |\n"
+	if got := unlinkedReasons(tenant, guide); !slices.Equal(got, []string{"Both"}) {
+		t.Fatalf("unlinked %v, want [Both]", got)
+	}
+}
+
+var tenantWord = regexp.MustCompile(`\btenant\b`)
+
+// tenantEntries returns the reasons of the troubleshooting entries whose audience line (the
+// italic text that opens an entry: "*Warning event on a Service · tenant.*") names a tenant.
+func tenantEntries(page string) []string {
+	page = stripFences(page)
+	heads := entryHeading.FindAllStringSubmatchIndex(page, -1)
+	var out []string
+	for i, h := range heads {
+		end := len(page)
+		if i+1 < len(heads) {
+			end = heads[i+1][0]
+		}
+		body := page[h[1]:end]
+		open := strings.Index(body, "*")
+		if open < 0 || strings.HasPrefix(body[open:], "**") {
+			continue
+		}
+		closing := strings.Index(body[open+1:], "*")
+		if closing < 0 {
+			continue
+		}
+		_, audience, ok := strings.Cut(body[open+1:open+1+closing], "·")
+		if !ok || !tenantWord.MatchString(audience) {
+			continue
+		}
+		for _, m := range quotedName.FindAllStringSubmatch(page[h[2]:h[3]], -1) {
+			out = append(out, m[1])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unlinkedReasons are the reasons the guide has no link to troubleshooting.md#<reason> for.
+func unlinkedReasons(reasons []string, guide string) []string {
+	var out []string
+	for _, r := range reasons {
+		if !strings.Contains(guide, "troubleshooting.md#"+strings.ToLower(r)+")") {
+			out = append(out, r)
+		}
+	}
+	return out
+}

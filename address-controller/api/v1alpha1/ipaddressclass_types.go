@@ -26,15 +26,17 @@ type IPAddressClassSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provisioner is immutable"
 	Provisioner string `json:"provisioner"`
 
-	// reclaimPolicy is copied to every address the class provisions: Retain (the default) keeps
-	// an address Released after its claim is deleted; Delete deletes it at once.
+	// reclaimPolicy is copied to every address the class provisions and decides what happens to
+	// it when its claim goes: with Retain (the default) the address turns Released and stays
+	// reserved in the old claim's name; with Delete it is deleted at once.
 	// +optional
 	// +kubebuilder:default=Retain
 	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
 
 	// releaseDelay, when set, returns a Released address of this class to Available once it
-	// has been Released for this long (for example 720h). Without it a Released address stays
-	// until an admin deletes it or clears its claimRef.
+	// has been Released for this long (for example 720h). When it is unset, nothing frees a
+	// Released address automatically: it waits for an admin to delete the address or to
+	// clear its claimRef.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="releaseDelay must not be negative"
