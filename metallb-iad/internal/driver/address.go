@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -426,10 +424,10 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 // keptBy reads what plan_kept.go decides from: MetalLB's latest report on each of the address's
 // unserved holds (whether or not a nudge is due: the answer must not change with the nudge's
 // timing), and on the attached Service once it has waited unserved for keptCheckAfter or the
-// address says KeptByMetalLB already (its reports are in the tenant's namespace, outside the
-// driver's cache: read uncached, and only then, so that an ordinary attach, which MetalLB serves
-// within seconds, costs no read); which of the Services they name exist, read uncached (a Service
-// the cache does not show yet is not called gone); and since when the driver has seen them gone.
+// address says KeptByMetalLB already (an ordinary attach, which MetalLB serves within seconds,
+// asks nothing); both from the cache (CacheByObject); which of the Services they name exist, read
+// uncached (a Service the cache does not show yet is not called gone), and only for a name
+// MetalLB gave; and since when the driver has seen them gone.
 func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 	var messages []string
 	served := false
@@ -446,13 +444,10 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 	}
 	if s := v.attached; !served && s != nil && attachedUnserved(v) && (keptSaid(v.addr) ||
 		(v.unserved.uid == s.UID && !v.unserved.since.IsZero() && v.now.Sub(v.unserved.since) >= keptCheckAfter)) {
-		var evs corev1.EventList
-		err := d.reader.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: fields.SelectorFromSet(
-			fields.Set{"involvedObject.uid": string(s.UID), "reason": ReasonAllocationFailed})})
+		_, msg, err := d.lastAllocationFailed(ctx, s)
 		if err != nil {
 			return err
 		}
-		_, msg := latestAllocationFailed(evs.Items)
 		messages = append(messages, msg)
 	}
 	if served {
@@ -479,10 +474,6 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 // cache (CacheByObject). A report the cache does not show yet only delays a nudge to the next
 // re-check.
 func (d *Driver) lastAllocationFailed(ctx context.Context, s *corev1.Service) (time.Time, string, error) {
-	if s.Namespace != d.Namespace {
-		// The cache holds the reports about the driver's own placeholders only.
-		return time.Time{}, "", fmt.Errorf("MetalLB's reports about %s/%s are not cached: only those in %s are", s.Namespace, s.Name, d.Namespace)
-	}
 	var evs corev1.EventList
 	if err := d.client.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFields{indexEventAbout: string(s.UID)},
 		client.UnsafeDisableDeepCopy); err != nil {

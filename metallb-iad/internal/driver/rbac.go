@@ -20,11 +20,11 @@ package driver
 // +kubebuilder:rbac:groups="",resources=services/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
-// Core events, listed only (uncached, by the Service they are about): MetalLB's AllocationFailed
-// reports on an attached Service that has waited unserved for half a minute, which name a deleted
-// Service MetalLB still keeps the address for.
+// Core events, watched (the cache holds MetalLB's AllocationFailed reports only): those on an
+// attached Service that has waited unserved for half a minute name a deleted Service MetalLB
+// still keeps the address for.
 //
-// +kubebuilder:rbac:groups="",resources=events,verbs=list
+// +kubebuilder:rbac:groups="",resources=events,verbs=list;watch
 //
 // Namespaces' metadata, read only: a pool whose spec.serviceAllocation selects namespaces by label
 // serves only the Services of those namespaces, and the driver attaches only a Service MetalLB
