@@ -315,7 +315,9 @@ func TestMetalLBRewritesServedServicesOnEveryPass(t *testing.T) {
 						e.ObjectRef.Subresource == "status" && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == settled.Name &&
 						!e.Stamp.Before(since)
 				})
-				return len(evs) > 0, err
+				return slices.ContainsFunc(evs, func(e controlplane.AuditEvent) bool {
+					return e.ResponseStatus != nil && e.ResponseStatus.Code == 200
+				}), err
 			})
 			var after corev1.Service
 			if err := c.Get(ctx, client.ObjectKeyFromObject(settled), &after); err != nil {
@@ -323,6 +325,12 @@ func TestMetalLBRewritesServedServicesOnEveryPass(t *testing.T) {
 			}
 			if got := ingressOf(&after); !slices.Equal(got, []string{ip}) {
 				t.Fatalf("the settled Service now serves %v, not %s", got, ip)
+			}
+			// The write changed nothing: the apiserver, having filled the ipMode in again, stored
+			// nothing new (a write that changed the object would have moved its resourceVersion).
+			if after.ResourceVersion != before.ResourceVersion {
+				t.Fatalf("MetalLB's write changed the Service (resourceVersion %s → %s): %+v → %+v",
+					before.ResourceVersion, after.ResourceVersion, before.Status, after.Status)
 			}
 			return ctx
 		}).Feature()

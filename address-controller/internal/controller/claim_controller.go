@@ -776,7 +776,7 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 	}
 	if !bindableBy(claim, a) {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf(
-			"IPAddress %s is retained for an earlier claim named %s/%s, not this one; if it should be yours, ask an admin to free it (clear its spec.claimRef)",
+			"IPAddress %s is retained for an earlier claim named %s/%s, not this one; if it should be yours, ask an admin to hand it to this claim (remove spec.claimRef.uid on the IPAddress)",
 			a.Name, claim.Namespace, claim.Name)}
 	}
 	return nil
