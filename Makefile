@@ -25,7 +25,8 @@ export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
 # The MetalLB controller every target builds and runs: empty means the version Cozystack ships,
 # tools/binaries' DefaultMetalLBVersion; another pinned one (tools/binaries/metallb/<version>)
-# with METALLB_VERSION=v0.15.2.
+# with METALLB_VERSION=v0.15.2; v0.16.1+patched is v0.16.1 with the patches under
+# tools/binaries/metallb/patches (docs/metallb-patches.md).
 export METALLB_VERSION
 
 .PHONY: help
@@ -140,12 +141,26 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-fuzz test-e2e test-bench-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-metallb-patches test-fuzz test-e2e test-bench-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 	KUBEBUILDER_ASSETS="$$($(BINARIES) envtest)" METALLB_CRDS="$$($(BINARIES) dir metallb)/crds" $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m \
 		./address-controller/... ./metallb-iad/... ./tools/...
+
+# The MetalLB patches (tools/binaries/metallb/patches, docs/metallb-patches.md) are tested as MetalLB
+# tests itself: its own unit tests of the packages they change, run in the patched source of the version
+# they are built on (the one METALLB_VERSION=v0.16.1+patched builds; move it with DefaultMetalLBVersion).
+METALLB_PATCHED      := v0.16.1+patched
+METALLB_PATCHED_PKGS := ./controller/ ./internal/k8s/controllers/
+
+.PHONY: test-metallb-patches
+test-metallb-patches: ## MetalLB's own unit tests of the packages the patches change, on v0.16.1 with tools/binaries/metallb/patches applied.
+	@src="$$(mktemp -d)"; trap 'rm -rf "$$src"' EXIT; \
+	assets="$$($(BINARIES) envtest)"; \
+	$(BINARIES) source metallb@$(METALLB_PATCHED) "$$src"; \
+	cd "$$src" && KUBEBUILDER_ASSETS="$$assets" GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
+		$(GO) test $(TEST_FLAGS) -count=1 -timeout 15m $(METALLB_PATCHED_PKGS)
 
 # Each fuzz target, for FUZZTIME (default 20000x executions): the seed corpora also run as plain tests in test-unit.
 # The default is a count, not a duration: on Go 1.26 a duration races the fuzz coordinator's own deadline and

@@ -9,13 +9,23 @@
 // (~/.cache when XDG_CACHE_HOME is unset). A directory is only ever renamed into place when
 // complete, and builds take a file lock, so interrupted or concurrent builds never leave a
 // half-written binary behind.
+//
+// A patched build (MetalLB's controller at "v0.16.1+patched") compiles a copy of the module's
+// source with the patches under tools/binaries/metallb/patches applied; the patches' digest is
+// part of its cache key.
 package binaries
 
 import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 )
 
@@ -29,8 +39,16 @@ type Component struct {
 	Pin string
 	// Module is the upstream Go module the pin requires.
 	Module string
-	// Version is the upstream version; it must match the pin module's go.mod.
+	// Version is the upstream version and the cache key's; it must match the pin module's
+	// go.mod unless ModuleVersion is set.
 	Version string
+	// ModuleVersion is the version of Module the pin module requires when Version is not it:
+	// a patched build is Version "v0.16.1+patched" of ModuleVersion "v0.16.1".
+	ModuleVersion string
+	// Patches are applied in order (git apply, all or none) to a copy of the module's source,
+	// which replaces the module in a copy of the pin module for the build. Their digest is part
+	// of the cache key.
+	Patches []Patch
 	// Packages are the main packages built, in the order of Commands.
 	Packages []string
 	// Commands are the file names of the built binaries.
@@ -115,12 +133,46 @@ var (
 // rest) and a line here.
 var MetalLBVersions = []string{"v0.16.1", "v0.15.2"}
 
+// PatchedSuffix, after a pinned MetalLB version, names MetalLB's controller built from that
+// version with the patches under tools/binaries/metallb/patches: METALLB_VERSION=v0.16.1+patched.
+const PatchedSuffix = "+patched"
+
+// PatchedMetalLBVersion is the patched MetalLB the patches are written and tested against.
+const PatchedMetalLBVersion = DefaultMetalLBVersion + PatchedSuffix
+
+// PatchesAlsoApplyTo are newer MetalLB releases the patches must apply to (checked by a test;
+// they are not built).
+var PatchesAlsoApplyTo = []string{"v0.16.2"}
+
+//go:embed metallb/patches/*.patch
+var metalLBPatchFiles embed.FS
+
+// MetalLBPatches are the patches of a patched MetalLB build, in file-name order.
+func MetalLBPatches() []Patch {
+	names, err := fs.Glob(metalLBPatchFiles, "metallb/patches/*.patch")
+	if err != nil {
+		panic(err) // the pattern is a constant
+	}
+	sort.Strings(names)
+	patches := make([]Patch, 0, len(names))
+	for _, n := range names {
+		data, err := metalLBPatchFiles.ReadFile(n)
+		if err != nil {
+			panic(err) // embedded
+		}
+		patches = append(patches, Patch{Name: path.Base(n), Data: data})
+	}
+	return patches
+}
+
 // MetalLBAt is MetalLB's controller at version, cached under its own key like every component
-// (its CRDs and Helm chart are copied beside it).
+// (its CRDs and Helm chart are copied beside it). A version ending in PatchedSuffix is the
+// pinned version before it with MetalLBPatches applied.
 func MetalLBAt(version string) Component {
-	return Component{
+	base, patched := strings.CutSuffix(version, PatchedSuffix)
+	c := Component{
 		Name:     "metallb",
-		Pin:      "metallb/" + version,
+		Pin:      "metallb/" + base,
 		Module:   "go.universe.tf/metallb",
 		Version:  version,
 		Packages: []string{"go.universe.tf/metallb/controller"},
@@ -130,6 +182,11 @@ func MetalLBAt(version string) Component {
 			"charts/metallb":   "chart",
 		},
 	}
+	if patched {
+		c.ModuleVersion = base
+		c.Patches = MetalLBPatches()
+	}
+	return c
 }
 
 func metalLBVersionFromEnv() string {
@@ -145,6 +202,34 @@ func (c Component) PinDir() string {
 		return c.Pin
 	}
 	return c.Name
+}
+
+// PinnedVersion is the version of Module the pin module requires.
+func (c Component) PinnedVersion() string {
+	if c.ModuleVersion != "" {
+		return c.ModuleVersion
+	}
+	return c.Version
+}
+
+// Patch is one patch in git format-patch (or git diff) form, applied at the module's root.
+type Patch struct {
+	Name string
+	Data []byte
+}
+
+// PatchesDigest identifies the patches (names, order and content): the part of a patched
+// build's cache key that changes whenever a patch does. Empty without patches.
+func (c Component) PatchesDigest() string {
+	if len(c.Patches) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, p := range c.Patches {
+		fmt.Fprintf(h, "%s\x00%d\x00", p.Name, len(p.Data))
+		h.Write(p.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // All lists every component, in build order (fast ones first).
@@ -189,7 +274,11 @@ func (c Component) Dir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, c.Name, c.Version+"-"+runtime.GOOS+"-"+runtime.GOARCH), nil
+	key := c.Version
+	if d := c.PatchesDigest(); d != "" {
+		key += "-" + d
+	}
+	return filepath.Join(root, c.Name, key+"-"+runtime.GOOS+"-"+runtime.GOARCH), nil
 }
 
 // Path returns the path of one of the component's commands or copied directories, or an error

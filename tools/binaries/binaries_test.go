@@ -1,8 +1,10 @@
 package binaries
 
 import (
+	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,7 +15,7 @@ import (
 // agree, or the cache would lie about what it holds.
 func TestPinModulesRequireTheCodesVersions(t *testing.T) {
 	comps := All
-	for _, v := range MetalLBVersions {
+	for _, v := range append(MetalLBVersions, PatchedMetalLBVersion) {
 		comps = append(comps, MetalLBAt(v))
 	}
 	for _, c := range comps {
@@ -23,8 +25,8 @@ func TestPinModulesRequireTheCodesVersions(t *testing.T) {
 		}
 		re := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(c.Module) + `\s+(\S+)`)
 		m := re.FindSubmatch(data)
-		if m == nil || string(m[1]) != c.Version {
-			t.Errorf("%s/go.mod requires %s %s, code says %s", c.Name, c.Module, m, c.Version)
+		if m == nil || string(m[1]) != c.PinnedVersion() {
+			t.Errorf("%s/go.mod requires %s %s, code says %s", c.Name, c.Module, m, c.PinnedVersion())
 		}
 		if len(c.Packages) != len(c.Commands) {
 			t.Errorf("%s: %d packages but %d command names", c.Name, len(c.Packages), len(c.Commands))
@@ -124,5 +126,149 @@ func TestMetalLBVersionIsAKnob(t *testing.T) {
 	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Ensure(MetalLBAt("v0.9.9"))
 	if err == nil || !strings.Contains(err.Error(), "v0.16.1") || !strings.Contains(err.Error(), "no pin module for metallb v0.9.9") {
 		t.Fatalf("an unpinned version should be refused naming the pinned ones: %v", err)
+	}
+}
+
+// METALLB_VERSION=v0.16.1+patched is v0.16.1's pin module and source with the patches under
+// metallb/patches (embedded, in file-name order), cached under a key of its own that changes
+// with any patch.
+func TestPatchedMetalLBIsAVersionOfItsOwn(t *testing.T) {
+	t.Setenv("RESERVED_IPS_BIN_CACHE", "/c")
+	t.Setenv("METALLB_VERSION", PatchedMetalLBVersion)
+	if v := metalLBVersionFromEnv(); v != "v0.16.1+patched" {
+		t.Fatalf("METALLB_VERSION=v0.16.1+patched gives %s", v)
+	}
+	c, ok := ByName("metallb@" + PatchedMetalLBVersion)
+	if !ok || c.Version != "v0.16.1+patched" || c.PinDir() != "metallb/v0.16.1" || c.PinnedVersion() != "v0.16.1" {
+		t.Fatalf("ByName(metallb@%s) = %+v, %v", PatchedMetalLBVersion, c, ok)
+	}
+	files, err := filepath.Glob("metallb/patches/*.patch")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("patches on disk: %v, %v", files, err)
+	}
+	if len(c.Patches) != len(files) {
+		t.Fatalf("%d patches embedded, %d on disk", len(c.Patches), len(files))
+	}
+	for i, f := range files { // Glob sorts
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Patches[i].Name != filepath.Base(f) || string(c.Patches[i].Data) != string(data) {
+			t.Errorf("patch %d is %s, want %s as on disk", i, c.Patches[i].Name, f)
+		}
+	}
+
+	// make test-metallb-patches tests the patches on the version they are built on.
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^METALLB_PATCHED\s*:=\s*(\S+)`).FindSubmatch(mk); m == nil || string(m[1]) != PatchedMetalLBVersion {
+		t.Errorf("the Makefile's METALLB_PATCHED is %q, want %s", m, PatchedMetalLBVersion)
+	}
+
+	stock, _ := MetalLBAt(DefaultMetalLBVersion).Dir()
+	patched, _ := c.Dir()
+	if MetalLBAt(DefaultMetalLBVersion).PatchesDigest() != "" || len(MetalLBAt(DefaultMetalLBVersion).Patches) != 0 {
+		t.Fatal("the stock build has patches")
+	}
+	want := "/c/metallb/v0.16.1+patched-" + c.PatchesDigest() + "-"
+	if patched == stock || !strings.HasPrefix(patched, want) || len(c.PatchesDigest()) != 12 {
+		t.Fatalf("patched build cached in %s (stock %s), want %s...", patched, stock, want)
+	}
+	edited := c
+	edited.Patches = append([]Patch(nil), c.Patches...)
+	edited.Patches[1] = Patch{Name: c.Patches[1].Name, Data: append([]byte("x"), c.Patches[1].Data...)}
+	reordered := c
+	reordered.Patches = []Patch{c.Patches[1], c.Patches[0]}
+	for what, other := range map[string]Component{"an edited patch": edited, "patches in another order": reordered} {
+		if d, _ := other.Dir(); d == patched {
+			t.Errorf("%s keeps the cache key %s", what, d)
+		}
+	}
+}
+
+func TestApplyPatches(t *testing.T) {
+	const (
+		orig = "one\ntwo\nthree\n"
+		good = "--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n"
+		bad  = "--- a/g.txt\n+++ b/g.txt\n@@ -1,1 +1,1 @@\n-absent\n+present\n"
+	)
+	// The tree is a subdirectory of a git work tree, as a copy under the checkout would be.
+	repo := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", repo).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	dir := filepath.Join(repo, "sub", "tree")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func() {
+		for _, f := range []string{"f.txt", "g.txt"} {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte(orig), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read := func(f string) string {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+
+	write()
+	err := ApplyPatches(dir, []Patch{{Name: "0001-good.patch", Data: []byte(good)}, {Name: "0002-bad.patch", Data: []byte(bad)}})
+	if err == nil || !strings.Contains(err.Error(), "g.txt") {
+		t.Fatalf("a patch that does not apply: %v, want an error naming its file", err)
+	}
+	if read("f.txt") != orig {
+		t.Fatal("a failed set of patches left the ones before it applied")
+	}
+
+	write()
+	if err := ApplyPatches(dir, []Patch{{Name: "0001-good.patch", Data: []byte(good)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("f.txt"); got != "one\n2\nthree\n" {
+		t.Fatalf("patched f.txt = %q", got)
+	}
+}
+
+// The patches apply to the MetalLB they are built on and to the newer releases named in
+// PatchesAlsoApplyTo (which are only patched, not built).
+func TestMetalLBPatchesApply(t *testing.T) {
+	c := MetalLBAt(PatchedMetalLBVersion)
+	dir := t.TempDir()
+	if err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "controller", "service.go"))
+	if err != nil || !strings.Contains(string(data), "func ipModeFor(") {
+		t.Fatalf("the patched source's controller/service.go lacks the first patch: %v", err)
+	}
+	if err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir); err == nil {
+		t.Fatal("Source wrote into a directory that is not empty")
+	}
+
+	for _, v := range PatchesAlsoApplyTo {
+		b := &Builder{}
+		out, err := b.run(t.TempDir(), "", "mod", "download", "-json", c.Module+"@"+v)
+		if err != nil {
+			t.Fatalf("downloading %s@%s: %v\n%s", c.Module, v, err, out)
+		}
+		var info struct{ Dir string }
+		if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+			t.Fatalf("locating %s@%s: %v", c.Module, v, err)
+		}
+		src := filepath.Join(t.TempDir(), "src")
+		if err := copyTree(info.Dir, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := ApplyPatches(src, c.Patches); err != nil {
+			t.Errorf("the patches do not apply to MetalLB %s: %v", v, err)
+		}
 	}
 }

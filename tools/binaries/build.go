@@ -74,19 +74,46 @@ func (b *Builder) build(c Component) error {
 	defer os.RemoveAll(tmp)
 
 	start := time.Now()
+	// A patched build compiles a patched copy of the module's source, in a copy of the pin
+	// module that replaces the module with it: the same dependencies and Go settings (its
+	// go.mod's go line sets the GODEBUG defaults) as the unpatched build.
+	buildDir, modDir := pin, ""
+	if len(c.Patches) > 0 {
+		work := fmt.Sprintf("%s.pin-%d", final, os.Getpid())
+		if err := os.RemoveAll(work); err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		if err := copyTree(pin, work); err != nil {
+			return fmt.Errorf("copying the pin module: %w", err)
+		}
+		// Inside the copy (a directory with a go.mod of its own is not part of it), under a
+		// relative path: the binary records the replacement, and the same patches make the
+		// same binary.
+		const source = "patched-source"
+		if err := b.source(c, pin, filepath.Join(work, source)); err != nil {
+			return err
+		}
+		if out, err := b.run(work, "", "mod", "edit", "-replace", c.Module+"=./"+source); err != nil {
+			return fmt.Errorf("replacing %s with its patched source: %w\n%s", c.Module, err, tail(out, 20))
+		}
+		buildDir, modDir = work, filepath.Join(work, source)
+	}
 	for i, pkg := range c.Packages {
 		cmd := c.Commands[i]
 		b.say("[%s %s] compiling %s (%d/%d)", c.Name, c.Version, cmd, i+1, len(c.Packages))
 		args := []string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + c.LDFlags),
 			"-o", filepath.Join(tmp, cmd), pkg}
-		if out, err := b.run(pin, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
+		if out, err := b.run(buildDir, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
 			return fmt.Errorf("go build %s failed: %w\n%s", pkg, err, tail(out, 40))
 		}
 	}
 	if len(c.Files) > 0 {
-		modDir, err := b.moduleDir(pin, c)
-		if err != nil {
-			return err
+		if modDir == "" {
+			var err error
+			if modDir, err = b.moduleDir(pin, c); err != nil {
+				return err
+			}
 		}
 		for src, dst := range c.Files {
 			b.say("[%s %s] copying %s", c.Name, c.Version, src)
@@ -120,7 +147,7 @@ func (b *Builder) checkPin(c Component, pin string) error {
 				versions = append(versions, filepath.Base(filepath.Dir(k)))
 			}
 			return fmt.Errorf("no pin module for %s %s (%s missing; pinned versions: %s): add one, a go.mod requiring %s %s, and list it in the code",
-				c.Name, c.Version, pin, strings.Join(versions, ", "), c.Module, c.Version)
+				c.Name, c.Version, pin, strings.Join(versions, ", "), c.Module, c.PinnedVersion())
 		}
 		return fmt.Errorf("pin module %s not found (run from the checkout, or pass -pins): %w", pin, err)
 	}
@@ -128,14 +155,95 @@ func (b *Builder) checkPin(c Component, pin string) error {
 	if err != nil {
 		return fmt.Errorf("reading the pinned version of %s: %w\n%s", c.Module, err, tail(out, 20))
 	}
-	if got := strings.TrimSpace(string(out)); got != c.Version {
-		return fmt.Errorf("pin module %s requires %s %s, but the code expects %s", pin, c.Module, got, c.Version)
+	if got := strings.TrimSpace(string(out)); got != c.PinnedVersion() {
+		return fmt.Errorf("pin module %s requires %s %s, but the code expects %s", pin, c.Module, got, c.PinnedVersion())
 	}
 	return nil
 }
 
+// Source writes the module's source with the component's patches applied into dir (absent or
+// empty): what a patched build compiles, for running the module's own tests on it.
+func (b *Builder) Source(c Component, dir string) error {
+	pin := filepath.Join(b.PinsDir, c.PinDir())
+	if err := b.checkPin(c, pin); err != nil {
+		return err
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("%s is not empty", dir)
+	}
+	return b.source(c, pin, dir)
+}
+
+func (b *Builder) source(c Component, pin, dir string) error {
+	modDir, err := b.moduleDir(pin, c)
+	if err != nil {
+		return err
+	}
+	b.say("[%s %s] copying the source of %s %s", c.Name, c.Version, c.Module, c.PinnedVersion())
+	if err := copyTree(modDir, dir); err != nil {
+		return fmt.Errorf("copying the source of %s: %w", c.Module, err)
+	}
+	names := make([]string, len(c.Patches))
+	for i, p := range c.Patches {
+		names[i] = p.Name
+	}
+	b.say("[%s %s] applying %s", c.Name, c.Version, strings.Join(names, ", "))
+	if err := ApplyPatches(dir, c.Patches); err != nil {
+		return fmt.Errorf("patching %s %s: %w", c.Module, c.PinnedVersion(), err)
+	}
+	return nil
+}
+
+// ApplyPatches applies the patches to the tree at dir, in order and all or none, with git
+// apply (so a patched build needs git). dir is treated as a plain tree even inside a git work
+// tree.
+func ApplyPatches(dir string, patches []Patch) error {
+	if len(patches) == 0 {
+		return nil
+	}
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return fmt.Errorf("applying patches needs git: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	// One input: git apply checks each input it is given before writing it, but writes one
+	// before checking the next.
+	var all bytes.Buffer
+	for _, p := range patches {
+		all.Write(p.Data)
+		if !bytes.HasSuffix(p.Data, []byte("\n")) {
+			all.WriteByte('\n')
+		}
+	}
+	cmd := exec.Command(git, "apply", "-")
+	cmd.Dir = abs
+	cmd.Stdin = &all
+	// Inside a work tree, git apply would take the paths from its top and skip those outside
+	// dir: stop the search for a repository at dir.
+	cmd.Env = append(withoutGitEnv(os.Environ()), "GIT_CEILING_DIRECTORIES="+filepath.Dir(abs))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git apply failed (nothing applied): %w\n%s", err, tail(out, 40))
+	}
+	return nil
+}
+
+// withoutGitEnv drops the variables that point git at a repository.
+func withoutGitEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); name == "GIT_DIR" || name == "GIT_WORK_TREE" || name == "GIT_INDEX_FILE" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 func (b *Builder) moduleDir(pin string, c Component) (string, error) {
-	out, err := b.run(pin, "", "mod", "download", "-json", c.Module+"@"+c.Version)
+	out, err := b.run(pin, "", "mod", "download", "-json", c.Module+"@"+c.PinnedVersion())
 	if err != nil {
 		return "", fmt.Errorf("downloading %s: %w\n%s", c.Module, err, tail(out, 20))
 	}

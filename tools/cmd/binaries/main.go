@@ -4,6 +4,7 @@
 //	binaries build [component...]   build what is missing (all components by default)
 //	binaries path COMMAND            print the path of a built command (kubectl, etcd, ...)
 //	binaries dir COMPONENT           print the cache directory of a component
+//	binaries source COMPONENT DIR    write a patched component's source into DIR (absent or empty)
 //	binaries envtest                 print a directory usable as KUBEBUILDER_ASSETS
 package main
 
@@ -20,7 +21,7 @@ import (
 func main() {
 	pins := flag.String("pins", "", "directory of the pin modules (default: tools/binaries next to this command's source)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: binaries [-pins DIR] build [component...] | path COMMAND | dir COMPONENT | envtest\ncomponents: %s\n", names())
+		fmt.Fprintf(os.Stderr, "usage: binaries [-pins DIR] build [component...] | path COMMAND | dir COMPONENT | source COMPONENT DIR | envtest\ncomponents: %s (metallb@<version>, metallb@<version>+patched)\n", names())
 	}
 	flag.Parse()
 	if err := run(*pins, flag.Args()); err != nil {
@@ -34,15 +35,15 @@ func run(pins string, args []string) error {
 		flag.Usage()
 		return fmt.Errorf("no subcommand")
 	}
+	if pins == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		pins = filepath.Join(wd, "tools", "binaries")
+	}
 	switch args[0] {
 	case "build":
-		if pins == "" {
-			wd, err := os.Getwd()
-			if err != nil {
-				return err
-			}
-			pins = filepath.Join(wd, "tools", "binaries")
-		}
 		comps := binaries.All
 		if len(args) > 1 {
 			comps = nil
@@ -92,6 +93,15 @@ func run(pins string, args []string) error {
 		}
 		fmt.Println(d)
 		return nil
+	case "source":
+		if len(args) != 3 {
+			return fmt.Errorf("usage: binaries source COMPONENT DIR")
+		}
+		c, ok := binaries.ByName(args[1])
+		if !ok {
+			return fmt.Errorf("unknown component %q (known: %s)", args[1], names())
+		}
+		return (&binaries.Builder{PinsDir: pins, Progress: os.Stderr}).Source(c, args[2])
 	case "envtest":
 		dir, err := binaries.EnvtestAssets()
 		if err != nil {
