@@ -152,6 +152,8 @@ test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 # tests itself: its own unit tests of the packages they change, run in the patched source of the version
 # they are built on (the one METALLB_VERSION=v0.16.1+patched builds; move it with DefaultMetalLBVersion).
 METALLB_PATCHED      := v0.16.1+patched
+METALLB_STOCK        := $(patsubst %+patched,%,$(METALLB_PATCHED))
+comma                := ,
 METALLB_PATCHED_PKGS := ./controller/ ./internal/k8s/controllers/
 
 .PHONY: test-metallb-patches
@@ -185,9 +187,15 @@ bench: ## Benchmarks, reported as ratios to a baseline measured in the same run 
 		./address-controller/internal/controller/
 
 .PHONY: bench-e2e
-bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, plot beside it).
+bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, plot beside it; BENCH_METALLB=v0.16.1,v0.16.1+patched runs it per MetalLB build and compares them).
 	@mkdir -p $(LOCALBIN)
-	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) $(BENCH_FLAGS)
+	@$(if $(BENCH_METALLB),$(BINARIES) build $(foreach v,$(subst $(comma), ,$(BENCH_METALLB)),metallb@$(v)))
+	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) \
+		$(if $(BENCH_METALLB),-metallb $(BENCH_METALLB)) $(BENCH_FLAGS)
+
+.PHONY: bench-metallb-patches
+bench-metallb-patches: ## bench-e2e on stock MetalLB, then on MetalLB with the patches, at one commit, and the comparison (docs/metallb-patches.md).
+	$(MAKE) bench-e2e BENCH_METALLB=$(METALLB_STOCK),$(METALLB_PATCHED) BENCH_OUT=$(or $(BENCH_OUT),$(LOCALBIN)/bench-metallb-patches.json)
 
 .PHONY: test-bench-e2e
 test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout, a wrong address or a missing apiserver profile).

@@ -105,6 +105,9 @@ type Config struct {
 	ProfileDir string
 	// ProfileSeconds is each profile's length (DefaultProfileSeconds when zero).
 	ProfileSeconds int
+	// MetalLBVersion is the MetalLB build the sandbox runs: a pinned version or one with
+	// binaries.PatchedSuffix; binaries.MetalLBVersion ($METALLB_VERSION) when empty.
+	MetalLBVersion string
 }
 
 // DefaultControllerArgs give leader election room: a benchmark loads the apiserver until it
@@ -154,6 +157,9 @@ func (c *Config) validate() error {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if c.MetalLBVersion == "" {
+		c.MetalLBVersion = binaries.MetalLBVersion
+	}
 	return nil
 }
 
@@ -162,6 +168,9 @@ func (c *Config) validate() error {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if !binaries.MetalLBAt(cfg.MetalLBVersion).Built() {
+		return nil, fmt.Errorf("MetalLB %s is not built: run `go run ./tools/cmd/binaries build metallb@%s` first", cfg.MetalLBVersion, cfg.MetalLBVersion)
 	}
 	rep := newReport(cfg)
 	rep.PeakRSSMiB = map[string]float64{}
@@ -220,7 +229,7 @@ func phaseGroups(phases []string, fresh bool) [][]string {
 // end; it returns the check's problems.
 func runGroup(ctx context.Context, cfg Config, phases []string, dir string, rep *Report, logf func(string, ...any)) ([]string, error) {
 	logf("starting the sandbox (control plane, MetalLB, both controllers) for %s", strings.Join(phases, ", "))
-	cpOpts := controlplane.Options{Dir: dir}
+	cpOpts := controlplane.Options{Dir: dir, MetalLBVersion: cfg.MetalLBVersion}
 	if cfg.ProfileDir != "" {
 		cpOpts.ExtraAPIServerArgs = profilingArgs
 	}
@@ -1089,11 +1098,11 @@ func machine() Machine {
 	return m
 }
 
-func versions() map[string]string {
+func versions(metallb string) map[string]string {
 	return map[string]string{
 		"kubernetes": binaries.KubernetesVersion,
 		"etcd":       binaries.EtcdVersion,
-		"metallb":    binaries.MetalLBVersion,
+		"metallb":    metallb,
 		"go":         runtime.Version(),
 	}
 }

@@ -417,7 +417,7 @@ func TestConfigSettleTimeout(t *testing.T) {
 }
 
 func TestWriteTextAndPlot(t *testing.T) {
-	rep := &Report{Config: ReportConfig{N: 2}, Versions: versions()}
+	rep := &Report{Config: ReportConfig{N: 2}, Versions: versions("v0.16.1")}
 	rep.Steps = []*Step{{Name: "plain", Kind: PhasePlain, N: 2, Done: 2, Seconds: 1.5, Settled: true,
 		Series: []Point{{0, 0}, {1, 1}, {1.5, 2}}},
 		{Name: "baseline-claims", Kind: PhasePlain, N: 2, Done: 2, Seconds: 1, Series: []Point{{0, 0}, {1, 2}}}}

@@ -155,7 +155,7 @@ func newReport(cfg Config) *Report {
 		Date:     time.Now().UTC(),
 		Commit:   commit(),
 		Machine:  func() Machine { m := machine(); m.LoadAvgStart = loadAvg(); return m }(),
-		Versions: versions(),
+		Versions: versions(cfg.MetalLBVersion),
 		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate, ControllerArgs: cfg.ControllerArgs,
 			PhaseTimeout: cfg.PhaseTimeout.String(), Fresh: cfg.Fresh},
 	}

@@ -58,6 +58,9 @@ type Options struct {
 	WithoutMetalLB bool
 	// MetalLBNamespace defaults to DefaultMetalLBNamespace.
 	MetalLBNamespace string
+	// MetalLBVersion is the MetalLB whose controller runs (a pinned version, or one with
+	// binaries.PatchedSuffix); binaries.MetalLBVersion ($METALLB_VERSION) when empty.
+	MetalLBVersion string
 	// StartTimeout bounds each component's readiness wait; 90s when zero.
 	StartTimeout time.Duration
 	// Logf receives progress lines; silent when nil.
@@ -82,6 +85,8 @@ type ControlPlane struct {
 	AuditLog string
 	// MetalLBNamespace is where MetalLB's controller watches its configuration.
 	MetalLBNamespace string
+	// MetalLBVersion is the version of MetalLB's controller (see Options.MetalLBVersion).
+	MetalLBVersion string
 	// MetalLBMetrics is where MetalLB's controller serves its metrics (nil without MetalLB).
 	MetalLBMetrics *MetricsEndpoint
 
@@ -102,10 +107,13 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if opts.MetalLBNamespace == "" {
 		opts.MetalLBNamespace = DefaultMetalLBNamespace
 	}
+	if opts.MetalLBVersion == "" {
+		opts.MetalLBVersion = binaries.MetalLBVersion
+	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 90 * time.Second
 	}
-	cp = &ControlPlane{Dir: opts.Dir, opts: opts, MetalLBNamespace: opts.MetalLBNamespace, failed: make(chan error, 1)}
+	cp = &ControlPlane{Dir: opts.Dir, opts: opts, MetalLBNamespace: opts.MetalLBNamespace, MetalLBVersion: opts.MetalLBVersion, failed: make(chan error, 1)}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "reserved-ips-cp-"); err != nil {
 			return nil, err

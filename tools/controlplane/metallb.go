@@ -59,6 +59,13 @@ func MetalLBSecureMetrics(v string) bool {
 	return err == nil && parsed.AtLeast(version.MustParseSemantic("v0.16.0"))
 }
 
+// MetalLBImage is the controller image a cluster would run for MetalLB version v. An image tag
+// cannot hold the "+" of a patched build's version (v0.16.1+patched), so it becomes "-":
+// quay.io/metallb/controller:v0.16.1-patched, the tag a build carrying the patches would push.
+func MetalLBImage(v string) string {
+	return "quay.io/metallb/controller:" + strings.ReplaceAll(v, "+", "-")
+}
+
 // MetricsEndpoint is a metrics URL and what it takes to read it.
 type MetricsEndpoint struct {
 	URL string
@@ -93,7 +100,7 @@ func (m *MetricsEndpoint) Scrape(ctx context.Context) ([]byte, error) {
 }
 
 func (cp *ControlPlane) startMetalLB(ctx context.Context) error {
-	mlb := binaries.MetalLB
+	mlb := binaries.MetalLBAt(cp.MetalLBVersion)
 	controller, err := mlb.Path("metallb-controller")
 	if err != nil {
 		return err
@@ -229,7 +236,7 @@ func (cp *ControlPlane) createMetalLBPod(ctx context.Context, v string) error {
 		}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: MetalLBServiceAccount,
-			Containers:         []corev1.Container{{Name: "controller", Image: "quay.io/metallb/controller:" + v}},
+			Containers:         []corev1.Container{{Name: "controller", Image: MetalLBImage(v)}},
 		},
 	}
 	_, err := cp.Client.CoreV1().Pods(cp.MetalLBNamespace).Create(ctx, pod, metav1.CreateOptions{})

@@ -2,10 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,12 +74,14 @@ func TestMetalLBRunsAsItsChartsServiceAccount(t *testing.T) {
 			t.Errorf("%s %s/%s in %q: allowed=%v, want %v", c.verb, c.resource, c.sub, c.ns, got, c.allowed)
 		}
 	}
-	if _, err := cp.Client.CoreV1().Pods(cp.MetalLBNamespace).Get(ctx, MetalLBPod, metav1.GetOptions{}); err != nil {
+	if pod, err := cp.Client.CoreV1().Pods(cp.MetalLBNamespace).Get(ctx, MetalLBPod, metav1.GetOptions{}); err != nil {
 		t.Errorf("MetalLB's Pod object: %v", err)
+	} else if got, want := pod.Spec.Containers[0].Image, MetalLBImage(cp.MetalLBVersion); got != want {
+		t.Errorf("MetalLB's Pod runs %q, want %q (the version in use, %s)", got, want, cp.MetalLBVersion)
 	}
 
-	if !MetalLBSecureMetrics(binaries.MetalLB.Version) {
-		t.Logf("MetalLB %s serves plain HTTP metrics; the rest applies from v0.16", binaries.MetalLB.Version)
+	if !MetalLBSecureMetrics(cp.MetalLBVersion) {
+		t.Logf("MetalLB %s serves plain HTTP metrics; the rest applies from v0.16", cp.MetalLBVersion)
 		return
 	}
 	ep := cp.MetalLBMetrics
@@ -115,4 +119,18 @@ func sarFor(user, verb, resource, sub, ns string) *authorizationv1.SubjectAccess
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: resource, Subresource: sub,
 			Namespace: ns},
 	}}
+}
+
+// The Pod object's image is a reference a registry would take for every MetalLB build,
+// the patched one included (a tag has no "+").
+func TestMetalLBImageIsAValidReference(t *testing.T) {
+	for _, v := range append(slices.Clone(binaries.MetalLBVersions), binaries.PatchedMetalLBVersion) {
+		img := MetalLBImage(v)
+		if _, err := name.NewTag(img, name.StrictValidation); err != nil {
+			t.Errorf("MetalLB %s: image %q is not a valid reference: %v", v, img, err)
+		}
+	}
+	if got, want := MetalLBImage("v0.16.1+patched"), "quay.io/metallb/controller:v0.16.1-patched"; got != want {
+		t.Errorf("MetalLBImage(v0.16.1+patched) = %q, want %q", got, want)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cozystack/reserved-ips/e2e/bench"
+	"github.com/cozystack/reserved-ips/tools/binaries"
 )
 
 func main() {
@@ -36,6 +37,7 @@ func main() {
 		dir         = flag.String("dir", "", "keep the control plane's state (logs, audit log) in this directory (default: a temporary one, removed)")
 		profileDir  = flag.String("apiserver-profile", "", "turn on kube-apiserver's profiling and write a CPU profile of it per step, taken once a third of the step's objects are done, into this directory")
 		profileSecs = flag.Int("apiserver-profile-seconds", bench.DefaultProfileSeconds, "length of each kube-apiserver CPU profile")
+		metallb     = flag.String("metallb", "", "MetalLB build(s) to run, comma-separated (default $METALLB_VERSION or "+binaries.DefaultMetalLBVersion+"); with two or more, the whole benchmark runs once per build, one after the other, and the report compares them (v0.16.1,v0.16.1+patched: what the patches gain)")
 	)
 	flag.Parse()
 	// The benchmark's own client and cache log nothing worth reading.
@@ -44,30 +46,83 @@ func main() {
 	defer stop()
 	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout, SettleTimeout: *settle,
 		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh, ProfileDir: *profileDir, ProfileSeconds: *profileSecs}
-	for _, p := range strings.Split(*phases, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.Phases = append(cfg.Phases, p)
-		}
+	cfg.Phases = list(*phases)
+	builds := list(*metallb)
+	if *plotFile == "" && *out != "" {
+		*plotFile = strings.TrimSuffix(*out, ".json") + ".png"
 	}
-	rep, err := bench.Run(ctx, cfg)
-	if rep != nil && len(rep.Steps) > 0 {
-		rep.WriteText(os.Stdout)
-		if *out != "" {
-			if werr := rep.WriteJSON(*out); werr != nil {
-				fmt.Fprintln(os.Stderr, "writing the report:", werr)
-			}
-			if *plotFile == "" {
-				*plotFile = strings.TrimSuffix(*out, ".json") + ".png"
-			}
+	var err error
+	if len(builds) > 1 {
+		err = compare(ctx, cfg, builds, *out, *plotFile)
+	} else {
+		if len(builds) == 1 {
+			cfg.MetalLBVersion = builds[0]
 		}
-		if *plotFile != "" {
-			if werr := rep.WritePlot(*plotFile); werr != nil {
-				fmt.Fprintln(os.Stderr, "writing the plot:", werr)
-			}
-		}
+		err = single(ctx, cfg, *out, *plotFile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-e2e:", err)
 		os.Exit(1)
+	}
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// single runs the benchmark once and writes its report (text on stdout, JSON and plot).
+func single(ctx context.Context, cfg bench.Config, out, plotFile string) error {
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil && len(rep.Steps) > 0 {
+		write(rep, out, plotFile)
+	}
+	return err
+}
+
+// compare runs the benchmark once per MetalLB build: each run's report is written as it ends
+// (beside -out, with the build in its name), the comparison last (to -out).
+func compare(ctx context.Context, cfg bench.Config, builds []string, out, plotFile string) error {
+	each := func(rep *bench.Report) {
+		if len(rep.Steps) > 0 {
+			suffix := "-metallb-" + strings.ReplaceAll(rep.Versions["metallb"], "+", "-")
+			write(rep, withSuffix(out, ".json", suffix), withSuffix(plotFile, ".png", suffix))
+		}
+	}
+	cmp, err := bench.RunEach(ctx, cfg, builds, each)
+	if cmp != nil && len(cmp.Builds) > 0 {
+		cmp.WriteText(os.Stdout)
+		if out != "" {
+			if werr := cmp.WriteJSON(out); werr != nil {
+				fmt.Fprintln(os.Stderr, "writing the comparison:", werr)
+			}
+		}
+	}
+	return err
+}
+
+func withSuffix(path, ext, suffix string) string {
+	if path == "" {
+		return ""
+	}
+	return strings.TrimSuffix(path, ext) + suffix + ext
+}
+
+func write(rep *bench.Report, out, plotFile string) {
+	rep.WriteText(os.Stdout)
+	if out != "" {
+		if err := rep.WriteJSON(out); err != nil {
+			fmt.Fprintln(os.Stderr, "writing the report:", err)
+		}
+	}
+	if plotFile != "" {
+		if err := rep.WritePlot(plotFile); err != nil {
+			fmt.Fprintln(os.Stderr, "writing the plot:", err)
+		}
 	}
 }

@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Comparison is the benchmark run once per MetalLB build, one build after the other, on one
+// machine at one commit: what a change to MetalLB (the patches under
+// tools/binaries/metallb/patches) gains plain MetalLB, and what it makes of the project's ratios.
+type Comparison struct {
+	Date    time.Time `json:"date"`
+	Commit  string    `json:"commit,omitempty"`
+	Machine Machine   `json:"machine"`
+	// Builds are the figures of each run, in the order the runs went.
+	Builds []BuildFigures `json:"builds"`
+	// Runs are the full reports, in the same order.
+	Runs []*Report `json:"runs"`
+}
+
+// BuildFigures are one run's figures that a comparison of MetalLB builds reads.
+type BuildFigures struct {
+	MetalLB string `json:"metallb"`
+	// Seconds of each phase and of its same-population baseline (zero when it did not finish).
+	PlainSeconds          float64 `json:"plainSeconds"`
+	ClaimsSeconds         float64 `json:"claimsSeconds"`
+	ClaimsBaselineSeconds float64 `json:"claimsBaselineSeconds"`
+	AttachSeconds         float64 `json:"attachSeconds"`
+	AttachBaselineSeconds float64 `json:"attachBaselineSeconds"`
+	// ClaimsRatio (rate, higher is better) and AttachRatio (time, lower is better) are the
+	// headline ratios against plain MetalLB at the same population.
+	ClaimsRatio float64 `json:"claimsRatio"`
+	AttachRatio float64 `json:"attachRatio"`
+	// StatusWritesPerService are MetalLB's writes of services/status per Service of the plain
+	// phase (every attempt, conflicts included), StatusConflicts those answered 409.
+	StatusWritesPerService float64 `json:"plainStatusWritesPerService"`
+	StatusConflicts        int     `json:"plainStatusConflicts"`
+	// MetalLBWritesPerService are all of MetalLB's writes per Service of the plain phase.
+	MetalLBWritesPerService float64 `json:"plainMetalLBWritesPerService"`
+	// ProjectWritesPerAddress and ProjectWritesPerAttach are the project's writes per object of
+	// the claims and attach phases.
+	ProjectWritesPerAddress float64 `json:"projectWritesPerAddress"`
+	ProjectWritesPerAttach  float64 `json:"projectWritesPerAttach"`
+	// Settle*Seconds are how long MetalLB and the controllers kept working after each phase's
+	// last object was done.
+	PlainSettleSeconds  float64 `json:"plainSettleSeconds"`
+	AttachSettleSeconds float64 `json:"attachSettleSeconds"`
+	// Check says the run's final correctness check passed.
+	Check bool `json:"check"`
+}
+
+// figures reads a run's report.
+func figures(rep *Report) BuildFigures {
+	f := BuildFigures{MetalLB: rep.Versions["metallb"], Check: rep.Check.OK}
+	done := func(s *Step) bool { return s != nil && !s.TimedOut && s.Done == s.N && s.Seconds > 0 }
+	for _, s := range rep.Steps {
+		if !done(s) {
+			continue
+		}
+		switch s.Name {
+		case PhasePlain:
+			f.PlainSeconds, f.PlainSettleSeconds = s.Seconds, s.SettleSeconds
+			total := 0
+			for _, n := range s.MetalLBStatus.ByTarget {
+				total += n
+			}
+			f.StatusWritesPerService = float64(total) / float64(s.N)
+			f.StatusConflicts = s.MetalLBStatus.Conflicts
+			f.MetalLBWritesPerService = float64(s.MetalLBWrites) / float64(s.N)
+		case PhaseClaims:
+			f.ClaimsSeconds, f.ProjectWritesPerAddress = s.Seconds, s.ProjectWritesPerObject
+		case PhaseAttach:
+			f.AttachSeconds, f.ProjectWritesPerAttach, f.AttachSettleSeconds = s.Seconds, s.ProjectWritesPerObject, s.SettleSeconds
+		}
+	}
+	for _, h := range rep.Headline {
+		switch h.Phase {
+		case PhaseClaims:
+			f.ClaimsRatio, f.ClaimsBaselineSeconds = h.VsBaseline, h.BaselineSeconds
+		case PhaseAttach:
+			f.AttachRatio, f.AttachBaselineSeconds = h.VsBaseline, h.BaselineSeconds
+		}
+	}
+	return f
+}
+
+// RunEach runs the benchmark once per MetalLB build, in the order given, each on control planes
+// of its own (with Dir, in a subdirectory named after the build), and compares them. onReport
+// gets each run's report as it ends (to print or save it before the next run starts). It
+// returns the comparison as far as it got, with the first error.
+func RunEach(ctx context.Context, cfg Config, metallb []string, onReport func(*Report)) (*Comparison, error) {
+	if len(metallb) < 2 {
+		return nil, fmt.Errorf("a comparison needs two MetalLB builds or more, got %d", len(metallb))
+	}
+	cmp := &Comparison{Date: time.Now().UTC(), Commit: commit(), Machine: machine()}
+	cmp.Machine.LoadAvgStart = loadAvg()
+	for _, v := range metallb {
+		run := cfg
+		run.MetalLBVersion = v
+		if cfg.Dir != "" {
+			run.Dir = filepath.Join(cfg.Dir, "metallb-"+strings.ReplaceAll(v, "+", "-"))
+		}
+		fmt.Fprintf(cfg.Log, "%s === MetalLB %s ===\n", time.Now().UTC().Format("15:04:05"), v)
+		rep, err := Run(ctx, run)
+		if rep != nil {
+			cmp.Runs = append(cmp.Runs, rep)
+			cmp.Builds = append(cmp.Builds, figures(rep))
+			if onReport != nil {
+				onReport(rep)
+			}
+		}
+		if err != nil {
+			return cmp, fmt.Errorf("MetalLB %s: %w", v, err)
+		}
+	}
+	return cmp, nil
+}
+
+// WriteJSON writes the comparison, every run's report included, to path.
+func (c *Comparison) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// WriteText writes the comparison as one Markdown table, a column per build and, with two
+// builds, the change from the first to the second.
+func (c *Comparison) WriteText(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	n := 0
+	if len(c.Runs) > 0 {
+		n = c.Runs[0].Config.N
+	}
+	p("## bench-e2e, MetalLB builds compared, n=%d, %s", n, c.Date.Format("2006-01-02 15:04 UTC"))
+	p("")
+	p("Machine: %d CPUs (%s), load average %.2f before the first run; commit %s. One run per build, one after the other.",
+		c.Machine.CPUs, c.Machine.CPUModel, c.Machine.LoadAvgStart, orDash(c.Commit))
+	p("")
+	header, sep := "| figure |", "|---|"
+	for _, b := range c.Builds {
+		header += " MetalLB " + b.MetalLB + " |"
+		sep += "---|"
+	}
+	two := len(c.Builds) == 2
+	if two {
+		header += " change |"
+		sep += "---|"
+	}
+	p("%s", header)
+	p("%s", sep)
+	row := func(name string, get func(BuildFigures) float64, format string, change func(a, b float64) string) {
+		line := "| " + name + " |"
+		for _, b := range c.Builds {
+			if v := get(b); v != 0 {
+				line += " " + fmt.Sprintf(format, v) + " |"
+			} else {
+				line += " - |"
+			}
+		}
+		if two {
+			a, b := get(c.Builds[0]), get(c.Builds[1])
+			if a != 0 && b != 0 {
+				line += " " + change(a, b) + " |"
+			} else {
+				line += " - |"
+			}
+		}
+		p("%s", line)
+	}
+	percent := func(a, b float64) string { return fmt.Sprintf("%+.0f %%", (b-a)/a*100) }
+	times := func(a, b float64) string { return fmt.Sprintf("%.2f× as fast", a/b) }
+	diff := func(a, b float64) string { return fmt.Sprintf("%+.2f", b-a) }
+	row("plain: time", func(b BuildFigures) float64 { return b.PlainSeconds }, "%.1f s", times)
+	row("plain: MetalLB status writes / Service", func(b BuildFigures) float64 { return b.StatusWritesPerService }, "%.2f", diff)
+	row("plain: MetalLB writes / Service", func(b BuildFigures) float64 { return b.MetalLBWritesPerService }, "%.2f", diff)
+	row("plain: status writes answered 409", func(b BuildFigures) float64 { return float64(b.StatusConflicts) }, "%.0f", diff)
+	row("plain: settled after", func(b BuildFigures) float64 { return b.PlainSettleSeconds }, "%.1f s", percent)
+	row("claims: time", func(b BuildFigures) float64 { return b.ClaimsSeconds }, "%.1f s", times)
+	row("claims: plain at the same population", func(b BuildFigures) float64 { return b.ClaimsBaselineSeconds }, "%.1f s", times)
+	row("claims: rate ratio (≥ 0.8)", func(b BuildFigures) float64 { return b.ClaimsRatio }, "%.2f×", diff)
+	row("claims: project writes / address", func(b BuildFigures) float64 { return b.ProjectWritesPerAddress }, "%.2f", diff)
+	row("attach: time", func(b BuildFigures) float64 { return b.AttachSeconds }, "%.1f s", times)
+	row("attach: plain at the same population", func(b BuildFigures) float64 { return b.AttachBaselineSeconds }, "%.1f s", times)
+	row("attach: time ratio (≤ 1.25)", func(b BuildFigures) float64 { return b.AttachRatio }, "%.2f×", diff)
+	row("attach: project writes / Service", func(b BuildFigures) float64 { return b.ProjectWritesPerAttach }, "%.2f", diff)
+	row("attach: settled after", func(b BuildFigures) float64 { return b.AttachSettleSeconds }, "%.1f s", percent)
+	line := "| final check |"
+	for _, b := range c.Builds {
+		if b.Check {
+			line += " passed |"
+		} else {
+			line += " FAILED |"
+		}
+	}
+	if two {
+		line += " |"
+	}
+	p("%s", line)
+}

@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// A build's figures come from its report: the plain phase's MetalLB status writes per Service
+// (every attempt, conflicts too), the phases' times and the headline ratios; a step that did
+// not finish gives no figure.
+func TestFiguresReadAReport(t *testing.T) {
+	rep := &Report{Versions: versions("v0.16.1+patched"), Check: CheckResult{OK: true}}
+	rep.Steps = []*Step{
+		{Name: PhasePlain, Kind: PhasePlain, N: 4, Done: 4, Seconds: 10, SettleSeconds: 2, MetalLBWrites: 9,
+			MetalLBStatus: StatusWrites{ByTarget: map[string]int{"plain": 6, "other": 2}, Conflicts: 1}},
+		{Name: "baseline-claims", Kind: PhasePlain, N: 4, Done: 4, Seconds: 12},
+		{Name: PhaseClaims, Kind: PhaseClaims, N: 4, Done: 4, Seconds: 24, ProjectWritesPerObject: 7},
+		{Name: "baseline-attach", Kind: PhasePlain, N: 4, Done: 4, Seconds: 10},
+		{Name: PhaseAttach, Kind: PhaseAttach, N: 4, Done: 3, TimedOut: true, Seconds: 99},
+	}
+	rep.Headline = Headline(rep.Steps)
+	f := figures(rep)
+	want := BuildFigures{MetalLB: "v0.16.1+patched", PlainSeconds: 10, PlainSettleSeconds: 2, StatusWritesPerService: 2,
+		StatusConflicts: 1, MetalLBWritesPerService: 2.25, ClaimsSeconds: 24, ClaimsBaselineSeconds: 12, ClaimsRatio: 0.5,
+		ProjectWritesPerAddress: 7, Check: true}
+	if f != want {
+		t.Errorf("figures:\n got %+v\nwant %+v", f, want)
+	}
+}
+
+func TestComparisonText(t *testing.T) {
+	c := &Comparison{Commit: "abc", Builds: []BuildFigures{
+		{MetalLB: "v0.16.1", PlainSeconds: 20, StatusWritesPerService: 2, ClaimsRatio: 0.4, AttachRatio: 2, Check: true},
+		{MetalLB: "v0.16.1+patched", PlainSeconds: 10, StatusWritesPerService: 1, ClaimsRatio: 0.5, Check: true},
+	}}
+	var buf bytes.Buffer
+	c.WriteText(&buf)
+	for _, want := range []string{
+		"| figure | MetalLB v0.16.1 | MetalLB v0.16.1+patched | change |",
+		"| plain: time | 20.0 s | 10.0 s | 2.00× as fast |",
+		"| plain: MetalLB status writes / Service | 2.00 | 1.00 | -1.00 |",
+		"| claims: rate ratio (≥ 0.8) | 0.40× | 0.50× | +0.10 |",
+		"| attach: time ratio (≤ 1.25) | 2.00× | - | - |",
+		"| final check | passed | passed | |",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestRunEachNeedsTwoBuilds(t *testing.T) {
+	if _, err := RunEach(context.Background(), Config{N: 1}, []string{"v0.16.1"}, nil); err == nil || !strings.Contains(err.Error(), "two MetalLB builds") {
+		t.Fatalf("one build: %v, want an error asking for two", err)
+	}
+}
