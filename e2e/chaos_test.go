@@ -618,8 +618,17 @@ func (r *chaosRun) converge(ctx context.Context, timeout time.Duration) ([]chaos
 			// when every such address names Services this run deleted within MetalLB's restart
 			// window: a restart rebuilds MetalLB's whole state, and would hide a state the
 			// controllers got wrong.
+			// On MetalLB with the project's patches nothing is kept for a deleted Service, so
+			// there is nothing to explain: a KeptByMetalLB there stays a violation.
 			kept := chaos.KeptByMetalLB(snap)
 			explained := len(kept) > 0
+			if explained && patchedMetalLB() {
+				explained = false
+				if !told["patched"] {
+					told["patched"] = true
+					r.logf("addresses %v say KeptByMetalLB on MetalLB %s, which keeps nothing for a deleted Service: no remedy", kept, binaries.MetalLBVersion)
+				}
+			}
 			for _, k := range kept {
 				if !chaos.Explained(k, r.deleted, r.metallbKills) {
 					explained = false

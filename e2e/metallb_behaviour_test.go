@@ -237,7 +237,8 @@ func TestMetalLBKeepsAnAddressNothingRequests(t *testing.T) {
 // it assigned in a failed pass and that is deleted meanwhile keeps its address in MetalLB's
 // memory: a Service asking for it later is refused, "in use by" one that no longer exists.
 // MetalLB forgets the name when it handles a Service of that name that is not a LoadBalancer;
-// after a touch (MetalLB does not retry by itself) the refused Service is served.
+// after a touch (MetalLB does not retry by itself) the refused Service is served. On the patched
+// build (patch 0002) MetalLB handles the deletion in that window and keeps nothing.
 func TestMetalLBKeepsADeletedServicesAddressAfterARestart(t *testing.T) {
 	f := features.New("MetalLB, a Service deleted in its restart window").
 		Assess("keeps its address until a Service of its name that is no LoadBalancer is seen", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
@@ -267,6 +268,13 @@ func TestMetalLBKeepsADeletedServicesAddressAfterARestart(t *testing.T) {
 			// it refuses a Service asking for the address.
 			wants := metallbService(ctx, t, c, ns, "wants", map[string]string{pinAnnotation: ip})
 			allowMetalLBStatusWrites(ctx, t, c)
+			if patchedMetalLB() {
+				// The patched MetalLB handled the deletion in its restart window: the next pass
+				// serves the Service asking for the address, with no release and no touch.
+				waitIngress(ctx, t, c, ns, wants.Name, []string{ip})
+				noRefusalNaming(ctx, t, c, ns, ns+"/gone")
+				return ctx
+			}
 			metallbEventWithin(ctx, t, c, 4*time.Minute, ns, wants.Name, "AllocationFailed", "address also in use by "+ns+"/gone")
 			unserved(ctx, t, c, wants, 5*time.Second)
 
@@ -289,7 +297,8 @@ func TestMetalLBKeepsADeletedServicesAddressAfterARestart(t *testing.T) {
 
 // Why a pass costs one write per served Service: MetalLB rebuilds each Service's ingress without
 // the ipMode the apiserver fills in, so its comparison never finds a served Service unchanged, and
-// every pass over all Services writes every served Service's status again, unchanged.
+// every pass over all Services writes every served Service's status again, unchanged. On the
+// patched build (patch 0001) the pass writes nothing.
 func TestMetalLBRewritesServedServicesOnEveryPass(t *testing.T) {
 	f := features.New("MetalLB, a settled Service").
 		Assess("gets its status written again, unchanged, on a full pass", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
@@ -307,18 +316,35 @@ func TestMetalLBRewritesServedServicesOnEveryPass(t *testing.T) {
 				t.Fatalf("the apiserver did not fill in the ingress's ipMode: %+v", in)
 			}
 			since := time.Now()
+			logPath, offset := metallbLog(t)
 			fullPass(ctx, t, c, ns, "metallb-rewrites")
+			waitMetalLBPassEnded(ctx, t, logPath, offset)
 			user := controlplane.MetalLBUser(local.MetalLBNamespace)
-			eventually(ctx, t, 30*time.Second, "MetalLB to write the settled Service's status on the pass", func(context.Context) (bool, error) {
-				evs, err := controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
+			writes := func() ([]controlplane.AuditEvent, error) {
+				return controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
 					return e.User.Username == user && e.ObjectRef != nil && e.ObjectRef.Resource == "services" &&
 						e.ObjectRef.Subresource == "status" && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == settled.Name &&
 						!e.Stamp.Before(since)
 				})
-				return slices.ContainsFunc(evs, func(e controlplane.AuditEvent) bool {
-					return e.ResponseStatus != nil && e.ResponseStatus.Code == 200
-				}), err
-			})
+			}
+			if patchedMetalLB() {
+				// The patched MetalLB keeps the ipMode the apiserver filled in: the pass found the
+				// settled Service unchanged and wrote nothing.
+				evs, err := writes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) > 0 {
+					t.Fatalf("the patched MetalLB wrote the settled Service's status %d times on a pass", len(evs))
+				}
+			} else {
+				eventually(ctx, t, 30*time.Second, "MetalLB to write the settled Service's status on the pass", func(context.Context) (bool, error) {
+					evs, err := writes()
+					return slices.ContainsFunc(evs, func(e controlplane.AuditEvent) bool {
+						return e.ResponseStatus != nil && e.ResponseStatus.Code == 200
+					}), err
+				})
+			}
 			var after corev1.Service
 			if err := c.Get(ctx, client.ObjectKeyFromObject(settled), &after); err != nil {
 				t.Fatal(err)

@@ -176,7 +176,12 @@ func (c *Comparison) WriteText(w io.Writer) {
 		p("%s", line)
 	}
 	percent := func(a, b float64) string { return fmt.Sprintf("%+.0f %%", (b-a)/a*100) }
-	times := func(a, b float64) string { return fmt.Sprintf("%.2f× as fast", a/b) }
+	times := func(a, b float64) string {
+		if b <= a {
+			return fmt.Sprintf("%.2f× faster", a/b)
+		}
+		return fmt.Sprintf("%.2f× slower", b/a)
+	}
 	diff := func(a, b float64) string { return fmt.Sprintf("%+.2f", b-a) }
 	row("plain: time", func(b BuildFigures) float64 { return b.PlainSeconds }, "%.1f s", times)
 	row("plain: MetalLB status writes / Service", func(b BuildFigures) float64 { return b.StatusWritesPerService }, "%.2f", diff)

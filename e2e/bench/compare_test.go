@@ -39,7 +39,7 @@ func TestComparisonText(t *testing.T) {
 	c.WriteText(&buf)
 	for _, want := range []string{
 		"| figure | MetalLB v0.16.1 | MetalLB v0.16.1+patched | change |",
-		"| plain: time | 20.0 s | 10.0 s | 2.00× as fast |",
+		"| plain: time | 20.0 s | 10.0 s | 2.00× faster |",
 		"| plain: MetalLB status writes / Service | 2.00 | 1.00 | -1.00 |",
 		"| claims: rate ratio (≥ 0.8) | 0.40× | 0.50× | +0.10 |",
 		"| attach: time ratio (≤ 1.25) | 2.00× | - | - |",
