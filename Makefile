@@ -218,6 +218,26 @@ test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PRO
 	rm -rf $(E2E_STATE)
 	cd e2e && E2E_STATE_DIR=$(E2E_STATE) CHAOS_SEED=$(or $(CHAOS_SEED),$(CHAOS_SEED_TEST)) $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v ./...
 
+.PHONY: docker-start
+docker-start: ## Start a Docker engine for the kind suite when none runs (installs docker.io; bridges in 198.18.0.0/15; tools/kindnode/dockerd.sh).
+	tools/kindnode/dockerd.sh start
+
+.PHONY: docker-stop
+docker-stop: ## Stop the Docker engine docker-start started (and every container in it); one it did not start is left alone.
+	tools/kindnode/dockerd.sh stop
+
+.PHONY: kind-node-image
+kind-node-image: ## Build (or reuse) the offline kind node image: debootstrap rootfs, Kubernetes and MetalLB from Go modules, images preloaded (tools/kindnode).
+	$(GO) run ./tools/cmd/kindnode build
+
+.PHONY: test-kind-node
+test-kind-node: ## A kind cluster from the offline node image becomes Ready with every kube-system pod running (needs Docker).
+	cd e2e && KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
+
+.PHONY: test-e2e-kind
+test-e2e-kind: ## The end-to-end suite on a kind cluster from the offline node image (needs Docker: make docker-start).
+	$(MAKE) test-e2e E2E_PROVIDER=kind
+
 .PHONY: chaos
 chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/reliability.md.
 	cd e2e && CHAOS_OPS=$(or $(CHAOS_OPS),1000) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_RATE=$(CHAOS_FAULT_RATE) \

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/images"
+	"github.com/cozystack/reserved-ips/tools/kindnode"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
 
@@ -81,6 +81,98 @@ func (c *kindCluster) Stop(context.Context) error {
 	return c.provider.Delete(c.name, c.kubeconfig)
 }
 
+// KindNetwork is the Docker network the kind nodes join (kind's KIND_EXPERIMENTAL_DOCKER_NETWORK):
+// created here in 198.18.0.0/15 and 2001:db8::/32, so that no container network of the suite
+// takes a private range, as kind's own "kind" network would.
+const KindNetwork = "reserved-ips-kind"
+
+func ensureKindNetwork(ctx context.Context) error {
+	if exec.CommandContext(ctx, "docker", "network", "inspect", KindNetwork).Run() == nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "docker", "network", "create", "--driver", "bridge",
+		"--subnet", kindnode.Network.Subnet, "--gateway", kindnode.Network.Gateway,
+		"--ipv6", "--subnet", kindnode.Network.IPv6Subnet,
+		"-o", "com.docker.network.bridge.enable_ip_masquerade=true",
+		"-o", "com.docker.network.driver.mtu=1500", KindNetwork).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("creating the docker network %s: %w: %s", KindNetwork, err, out)
+	}
+	return nil
+}
+
+// KindConfig is the suite's cluster: one node from the offline image, dual-stack, with pod and
+// Service ranges in 198.18.0.0/15 and 2001:db8::/32, the node image's static CNI (no kindnet
+// image is built), and kubelet allowed to run on a cgroup v1 host (Kubernetes v1.35 and later
+// refuse it unless failCgroupV1 is false).
+func KindConfig(nodeImage string) *v1alpha4.Cluster {
+	return &v1alpha4.Cluster{
+		Nodes: []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: nodeImage}},
+		Networking: v1alpha4.Networking{
+			IPFamily:          v1alpha4.DualStackFamily,
+			PodSubnet:         kindnode.Network.PodSubnet,
+			ServiceSubnet:     kindnode.Network.ServiceSubnet,
+			DisableDefaultCNI: true,
+		},
+		KubeadmConfigPatches: []string{`kind: KubeletConfiguration
+apiVersion: kubelet.config.k8s.io/v1beta1
+failCgroupV1: false
+`},
+	}
+}
+
+// waitNodesReady waits until every node reports Ready.
+func waitNodesReady(ctx context.Context, cs kubernetes.Interface, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nodes.Items) == 0 {
+			last = fmt.Sprint(err)
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					last = fmt.Sprintf("node %s: %s %s", n.Name, c.Reason, c.Message)
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the kind nodes did not become Ready (%s): %w", last, err)
+	}
+	return nil
+}
+
+// ImageLoader is a cluster whose nodes take images directly (kind's), with no registry.
+type ImageLoader interface {
+	LoadImage(ref string, image v1.Image) error
+}
+
+// LoadImage loads image under ref into every node's containerd.
+func (c *kindCluster) LoadImage(ref string, image v1.Image) error {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := tarball.Write(tag, image, &buf); err != nil {
+		return err
+	}
+	nodes, err := c.provider.ListNodes(c.name)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := nodeutils.LoadImageArchive(n, bytes.NewReader(buf.Bytes())); err != nil {
+			return fmt.Errorf("loading %s into %s: %w", ref, n.String(), err)
+		}
+	}
+	return nil
+}
+
 func (Kind) Start(ctx context.Context) (Cluster, error) {
 	if err := exec.CommandContext(ctx, "docker", "info").Run(); err != nil {
 		return nil, fmt.Errorf("%w: kind needs a running Docker engine (docker info: %v)", ErrUnavailable, err)
@@ -89,13 +181,22 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The offline node image: built here (tools/kindnode) the first time, then cached.
+	nodeImage, err := kindnode.Ensure(ctx, kindnode.Options{PinsDir: filepath.Join(root, "tools", "binaries"), Progress: os.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureKindNetwork(ctx); err != nil {
+		return nil, err
+	}
+	os.Setenv("KIND_EXPERIMENTAL_DOCKER_NETWORK", KindNetwork)
 	p := cluster.NewProvider(cluster.ProviderWithDocker())
 	kc := &kindCluster{provider: p, name: fmt.Sprintf("reserved-ips-e2e-%d", os.Getpid())}
 	if kc.dir, err = os.MkdirTemp("", kc.name+"-"); err != nil {
 		return nil, err
 	}
 	kc.kubeconfig = filepath.Join(kc.dir, "kubeconfig")
-	cfg := &v1alpha4.Cluster{Networking: v1alpha4.Networking{IPFamily: v1alpha4.DualStackFamily}}
+	cfg := KindConfig(nodeImage)
 	if err := p.Create(kc.name, cluster.CreateWithV1Alpha4Config(cfg), cluster.CreateWithKubeconfigPath(kc.kubeconfig),
 		cluster.CreateWithWaitForReady(5*time.Minute)); err != nil {
 		return nil, fmt.Errorf("creating the kind cluster: %w", err)
@@ -111,6 +212,10 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	cs, err := kubernetes.NewForConfig(kc.config)
 	if err != nil {
+		return nil, err
+	}
+	// kind only warns when its wait for Ready times out.
+	if err := waitNodesReady(ctx, cs, 3*time.Minute); err != nil {
 		return nil, err
 	}
 	for _, ns := range sandbox.Namespaces {
@@ -133,10 +238,6 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	// The project's images, built for the node's platform and loaded into every node.
 	refs := map[string]string{}
-	nodes, err := p.ListNodes(kc.name)
-	if err != nil {
-		return nil, err
-	}
 	for _, img := range images.Images {
 		built, err := images.Build(ctx, img, images.Options{Root: root, Version: "e2e", Revision: "e2e",
 			Platforms: []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}})
@@ -153,17 +254,8 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 			return nil, err
 		}
 		ref := "ghcr.io/cozystack/" + img.Name + ":e2e"
-		tag, _ := name.NewTag(ref)
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(tarball.Write(tag, image, pw)) }()
-		data, err := io.ReadAll(pr)
-		if err != nil {
+		if err := kc.LoadImage(ref, image); err != nil {
 			return nil, err
-		}
-		for _, n := range nodes {
-			if err := nodeutils.LoadImageArchive(n, bytes.NewReader(data)); err != nil {
-				return nil, fmt.Errorf("loading %s into %s: %w", ref, n.String(), err)
-			}
 		}
 		refs[img.Name] = ref
 	}

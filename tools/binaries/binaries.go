@@ -58,6 +58,9 @@ type Component struct {
 	// Files are directories of the upstream module copied beside the binaries
 	// (source path in the module → destination name).
 	Files map[string]string
+	// Env is added to the go command's environment (CGO_ENABLED=0 for binaries that run in
+	// images with no C library of the build host's version).
+	Env []string
 }
 
 const (
@@ -90,6 +93,21 @@ var (
 			" -X k8s.io/client-go/pkg/version.gitVersion=" + KubernetesVersion +
 			" -X k8s.io/client-go/pkg/version.gitMajor=1" +
 			" -X k8s.io/client-go/pkg/version.gitMinor=37",
+		Env: []string{"CGO_ENABLED=0"},
+	}
+	// KubernetesNode is the rest of Kubernetes that a kind node runs (the offline node image of
+	// tools/kindnode): the node's commands and the control plane's, static, from the same pin
+	// module as Kubernetes. Built with the same flags, the commands both build share the compile
+	// cache.
+	KubernetesNode = Component{
+		Name:     "kubernetes-node",
+		Pin:      "kubernetes",
+		Module:   "k8s.io/kubernetes",
+		Version:  KubernetesVersion,
+		Packages: append(append([]string{}, Kubernetes.Packages...), "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kubeadm"),
+		Commands: append(append([]string{}, Kubernetes.Commands...), "kube-scheduler", "kube-proxy", "kubelet", "kubeadm"),
+		LDFlags:  Kubernetes.LDFlags,
+		Env:      []string{"CGO_ENABLED=0"},
 	}
 	Etcd = Component{
 		Name:     "etcd",
@@ -97,6 +115,7 @@ var (
 		Version:  EtcdVersion,
 		Packages: []string{"go.etcd.io/etcd/server/v3"},
 		Commands: []string{"etcd"},
+		Env:      []string{"CGO_ENABLED=0"},
 	}
 	// MetalLBVersion is the MetalLB version in use: $METALLB_VERSION, else DefaultMetalLBVersion.
 	MetalLBVersion = metalLBVersionFromEnv()
@@ -189,6 +208,21 @@ func MetalLBAt(version string) Component {
 	return c
 }
 
+// MetalLBSpeakerAt is MetalLB's speaker at version (static, for the kind node's image); a
+// patched version's speaker is the pinned version's, as the patches touch the controller only.
+func MetalLBSpeakerAt(version string) Component {
+	base, _ := strings.CutSuffix(version, PatchedSuffix)
+	return Component{
+		Name:     "metallb-speaker",
+		Pin:      "metallb/" + base,
+		Module:   "go.universe.tf/metallb",
+		Version:  base,
+		Packages: []string{"go.universe.tf/metallb/speaker"},
+		Commands: []string{"metallb-speaker"},
+		Env:      []string{"CGO_ENABLED=0"},
+	}
+}
+
 func metalLBVersionFromEnv() string {
 	if v := os.Getenv("METALLB_VERSION"); v != "" {
 		return v
@@ -235,6 +269,10 @@ func (c Component) PatchesDigest() string {
 // All lists every component, in build order (fast ones first).
 var All = []Component{ControllerGen, GolangCILint, Etcd, Distribution, MetalLB, Kubernetes}
 
+// Node lists the components the offline kind node image is made of (tools/kindnode), built
+// only by the targets that need it (make kind-node-image), as they take long on a cold cache.
+var Node = []Component{Etcd, MetalLB, MetalLBSpeakerAt(MetalLBVersion), KubernetesNode}
+
 // ByName returns the component called name; "metallb@v0.15.2" names MetalLB at another
 // version than the one in use.
 func ByName(name string) (Component, bool) {
@@ -244,7 +282,7 @@ func ByName(name string) (Component, bool) {
 		}
 		return MetalLBAt(v), true
 	}
-	for _, c := range All {
+	for _, c := range append(append([]Component{}, All...), Node...) {
 		if c.Name == name {
 			return c, true
 		}
@@ -310,7 +348,7 @@ const doneMarker = ".complete"
 
 // Tool returns the path of a built command, searching every component.
 func Tool(command string) (string, error) {
-	for _, c := range All {
+	for _, c := range append(append([]Component{}, All...), Node...) {
 		for _, cmd := range c.Commands {
 			if cmd == command {
 				return c.Path(command)

@@ -104,7 +104,7 @@ func (b *Builder) build(c Component) error {
 		b.say("[%s %s] compiling %s (%d/%d)", c.Name, c.Version, cmd, i+1, len(c.Packages))
 		args := []string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + c.LDFlags),
 			"-o", filepath.Join(tmp, cmd), pkg}
-		if out, err := b.run(buildDir, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
+		if out, err := b.runEnv(buildDir, c.Env, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
 			return fmt.Errorf("go build %s failed: %w\n%s", pkg, err, tail(out, 40))
 		}
 	}
@@ -256,13 +256,18 @@ func (b *Builder) moduleDir(pin string, c Component) (string, error) {
 
 // run executes the go command in dir, outside any workspace, printing a heartbeat while it runs.
 func (b *Builder) run(dir, heartbeat string, args ...string) ([]byte, error) {
+	return b.runEnv(dir, nil, heartbeat, args...)
+}
+
+// runEnv is run with env added to the go command's environment.
+func (b *Builder) runEnv(dir string, env []string, heartbeat string, args ...string) ([]byte, error) {
 	goCmd := b.Go
 	if goCmd == "" {
 		goCmd = "go"
 	}
 	cmd := exec.Command(goCmd, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false"), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
