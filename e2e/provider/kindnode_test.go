@@ -52,8 +52,8 @@ func TestKindNodeBecomesReady(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	start = time.Now()
 	if err := p.Create(name, cluster.CreateWithV1Alpha4Config(KindConfig(ref)), cluster.CreateWithKubeconfigPath(kubeconfig),
-		cluster.CreateWithWaitForReady(5*time.Minute)); err != nil {
-		t.Fatalf("creating the cluster: %v", err)
+		cluster.CreateWithWaitForReady(5*time.Minute), cluster.CreateWithRetain(os.Getenv("KIND_RETAIN") == "1")); err != nil {
+		t.Fatalf("creating the cluster: %v (KIND_RETAIN=1 keeps the node to look at)", err)
 	}
 	t.Cleanup(func() {
 		if err := p.Delete(name, kubeconfig); err != nil {
