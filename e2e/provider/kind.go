@@ -203,7 +203,7 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	ok := false
 	defer func() {
-		if !ok {
+		if !ok && os.Getenv("KIND_RETAIN") != "1" { // KIND_RETAIN=1 keeps a cluster that failed to set up
 			_ = kc.Stop(ctx)
 		}
 	}()

@@ -208,19 +208,16 @@ func MetalLBAt(version string) Component {
 	return c
 }
 
-// MetalLBSpeakerAt is MetalLB's speaker at version (static, for the kind node's image); a
-// patched version's speaker is the pinned version's, as the patches touch the controller only.
-func MetalLBSpeakerAt(version string) Component {
-	base, _ := strings.CutSuffix(version, PatchedSuffix)
-	return Component{
-		Name:     "metallb-speaker",
-		Pin:      "metallb/" + base,
-		Module:   "go.universe.tf/metallb",
-		Version:  base,
-		Packages: []string{"go.universe.tf/metallb/speaker"},
-		Commands: []string{"metallb-speaker"},
-		Env:      []string{"CGO_ENABLED=0"},
-	}
+// MetalLBNodeAt is MetalLB's controller and speaker at version, static, for the images of the
+// kind node (tools/kindnode); a patched version's controller has the patches, as MetalLBAt's.
+func MetalLBNodeAt(version string) Component {
+	c := MetalLBAt(version)
+	c.Name = "metallb-node"
+	c.Packages = []string{"go.universe.tf/metallb/controller", "go.universe.tf/metallb/speaker"}
+	c.Commands = []string{"metallb-controller", "metallb-speaker"}
+	c.Files = nil
+	c.Env = []string{"CGO_ENABLED=0"}
+	return c
 }
 
 func metalLBVersionFromEnv() string {
@@ -271,7 +268,7 @@ var All = []Component{ControllerGen, GolangCILint, Etcd, Distribution, MetalLB, 
 
 // Node lists the components the offline kind node image is made of (tools/kindnode), built
 // only by the targets that need it (make kind-node-image), as they take long on a cold cache.
-var Node = []Component{Etcd, MetalLB, MetalLBSpeakerAt(MetalLBVersion), KubernetesNode}
+var Node = []Component{Etcd, MetalLB, MetalLBNodeAt(MetalLBVersion), KubernetesNode}
 
 // ByName returns the component called name; "metallb@v0.15.2" names MetalLB at another
 // version than the one in use.

@@ -43,7 +43,7 @@ import (
 
 // Format is the layout of the image this code builds; bump it when the layout changes so that
 // cached images are rebuilt.
-const Format = "2"
+const Format = "3"
 
 // Suite is the Debian release of the node's rootfs.
 const Suite = "bookworm"
@@ -104,7 +104,7 @@ func (o Options) mirror() string {
 func Key() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "format %s\nkubernetes %s\netcd %s\nmetallb %s\nsuite %s\n", Format,
-		binaries.KubernetesVersion, binaries.EtcdVersion, metalLBBase(), Suite)
+		binaries.KubernetesVersion, binaries.EtcdVersion, binaries.MetalLBNodeAt(binaries.MetalLBVersion).Version+binaries.MetalLBNodeAt(binaries.MetalLBVersion).PatchesDigest(), Suite)
 	for _, p := range Packages {
 		fmt.Fprintf(h, "package %s %s\n", p, candidates[p])
 	}
@@ -136,11 +136,6 @@ func parsePolicy(out string) map[string]string {
 		}
 	}
 	return m
-}
-
-func metalLBBase() string {
-	v, _ := strings.CutSuffix(binaries.MetalLBVersion, binaries.PatchedSuffix)
-	return v
 }
 
 // Ref is the node image's name in the Docker engine.
@@ -611,14 +606,11 @@ func buildImages(ctx context.Context, opts Options, rootfsTar, dir string) error
 	if err != nil {
 		return err
 	}
-	controller, err := bin(binaries.MetalLBAt(metalLBBase()), "metallb-controller")
+	controller, err := bin(binaries.MetalLBNodeAt(binaries.MetalLBVersion), "metallb-controller")
 	if err != nil {
-		// A patched MetalLB's controller is the one in use; its images are built from it.
-		if controller, err = bin(binaries.MetalLB, "metallb-controller"); err != nil {
-			return err
-		}
+		return err
 	}
-	speaker, err := bin(binaries.MetalLBSpeakerAt(binaries.MetalLBVersion), "metallb-speaker")
+	speaker, err := bin(binaries.MetalLBNodeAt(binaries.MetalLBVersion), "metallb-speaker")
 	if err != nil {
 		return err
 	}
