@@ -141,7 +141,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-metallb-patches test-fuzz test-e2e test-bench-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.
@@ -233,6 +233,11 @@ kind-node-image: ## Build (or reuse) the offline kind node image: debootstrap ro
 .PHONY: test-kind-node
 test-kind-node: ## A kind cluster from the offline node image becomes Ready with every kube-system pod running (needs Docker).
 	cd e2e && KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
+
+.PHONY: test-e2e-kind-if-docker
+test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable (make test runs it); else one line saying it did not run.
+	@if timeout 10 docker info >/dev/null 2>&1; then $(MAKE) test-e2e-kind; \
+	else echo "test-e2e-kind: NOT RUN, no usable Docker engine (make docker-start starts one)"; fi
 
 .PHONY: test-e2e-kind
 test-e2e-kind: ## The end-to-end suite on a kind cluster from the offline node image (needs Docker: make docker-start).

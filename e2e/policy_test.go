@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/e2e/provider"
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
@@ -185,6 +186,13 @@ func writeEachWay(ctx context.Context, t *testing.T, c client.Client, ns, user, 
 // applyDriverChart upgrades the metallb-iad release with the given admission policy values.
 func applyDriverChart(ctx context.Context, t *testing.T, policy map[string]any) {
 	t.Helper()
+	// On kind the driver runs from its package's release: upgrade it, keeping the Deployment.
+	if up, ok := cluster.(provider.PackageUpgrader); ok {
+		if err := up.UpgradePackage(ctx, "metallb-iad", map[string]any{"admissionPolicy": policy}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	root, err := sandbox.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

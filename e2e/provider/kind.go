@@ -72,6 +72,46 @@ type kindCluster struct {
 	kubeconfig string
 	dir        string
 	config     *rest.Config
+	// packages are the Cozystack packages as installed, for UpgradePackage.
+	packages []PackageInstall
+}
+
+// PackageUpgrader is a cluster that runs the components from their Cozystack packages (kind's):
+// a test changes a component's chart values by upgrading its package release, keeping the
+// Package values it was installed with.
+type PackageUpgrader interface {
+	UpgradePackage(ctx context.Context, component string, values map[string]any) error
+}
+
+// UpgradePackage applies the component's package again with values merged over the chart's
+// Package values it was installed with (the image, the pull policy).
+func (c *kindCluster) UpgradePackage(ctx context.Context, component string, values map[string]any) error {
+	for _, in := range c.packages {
+		if in.Component != component {
+			continue
+		}
+		ch, err := charts.Load(in.ChartDir)
+		if err != nil {
+			return err
+		}
+		merged := map[string]any{}
+		for k, v := range in.Values {
+			merged[k] = v
+		}
+		sub := map[string]any{}
+		if base, ok := in.Values[component].(map[string]any); ok {
+			for k, v := range base {
+				sub[k] = v
+			}
+		}
+		for k, v := range values {
+			sub[k] = v
+		}
+		merged[component] = sub
+		_, err = charts.Apply(ctx, c.kubeconfig, in.Namespace, in.ReleaseName, ch, merged)
+		return err
+	}
+	return fmt.Errorf("no package %q installed", component)
 }
 
 func (c *kindCluster) Kubeconfig() string   { return c.kubeconfig }
@@ -264,6 +304,7 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	kc.packages = plan
 	for _, in := range plan {
 		ch, err := charts.Load(in.ChartDir)
 		if err != nil {
