@@ -14,7 +14,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -330,6 +333,26 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 		if err != nil {
 			return nil, fmt.Errorf("deployment %s/%s did not become available: %w", d[0], d[1], err)
 		}
+	}
+	// MetalLB's validating webhook answers some time after its Deployment is available (its
+	// certificate, the Service's endpoints, kube-proxy's rules): wait until a pool passes it,
+	// with a server-side dry run that stores nothing.
+	dyn, err := dynamic.NewForConfig(kc.config)
+	if err != nil {
+		return nil, err
+	}
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+		"metadata": map[string]any{"name": "e2e-webhook-probe", "namespace": MetalLBNamespace},
+		"spec":     map[string]any{"addresses": []any{"198.51.100.255/32"}, "autoAssign": false},
+	}}
+	var last error
+	pools := dyn.Resource(schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "ipaddresspools"}).Namespace(MetalLBNamespace)
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = pools.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("MetalLB's webhook did not answer: %v: %w", last, err)
 	}
 	ok = true
 	return kc, nil
