@@ -235,9 +235,13 @@ test-kind-node: ## A kind cluster from the offline node image becomes Ready with
 	cd e2e && KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
 
 .PHONY: test-e2e-kind-if-docker
-test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable (make test runs it); else one line saying it did not run.
-	@if timeout 10 docker info >/dev/null 2>&1; then $(MAKE) test-e2e-kind; \
-	else echo "test-e2e-kind: NOT RUN, no usable Docker engine (make docker-start starts one)"; fi
+test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable and the node image is built or can be (root with debootstrap); else one line saying why it did not run.
+	@if ! timeout 10 docker info >/dev/null 2>&1; then \
+		echo "test-e2e-kind: NOT RUN, no usable Docker engine (make docker-start starts one)"; \
+	elif ! docker image inspect "$$($(GO) run ./tools/cmd/kindnode ref)" >/dev/null 2>&1 && \
+		! { [ "$$(id -u)" = 0 ] && command -v debootstrap >/dev/null; }; then \
+		echo "test-e2e-kind: NOT RUN, the kind node image is not built and building it needs root and debootstrap (make kind-node-image as root)"; \
+	else $(MAKE) test-e2e-kind; fi
 
 .PHONY: test-e2e-kind
 test-e2e-kind: ## The end-to-end suite on a kind cluster from the offline node image (needs Docker: make docker-start).
