@@ -294,11 +294,9 @@ func addressEventCount(ctx context.Context, t *testing.T, c client.Client, addre
 // status MetalLB cannot write while the policy is in force.
 type staleScene struct {
 	ns, class, addr, ip string
-	// since is when the scene was set up (audit log reads start there).
-	since      time.Time
-	metallbLog string
-	blocker    *corev1.Service
-	c          client.Client
+	metallbLog          string
+	blocker             *corev1.Service
+	c                   client.Client
 }
 
 func newStaleScene(ctx context.Context, t *testing.T, c client.Client, tag, claimRange, blockerRange string) *staleScene {
