@@ -60,12 +60,12 @@ func waitQuiet(ctx context.Context, t *testing.T, auditLog string, quiet time.Du
 	return time.Now()
 }
 
-// DESIGN §5a's write budget on the sandbox, as installed by the charts (the core's protection
-// policy and the CRD's status default included), with the real MetalLB: all of this project's
-// writes, events included, from the creation of claims until each is Bound and held, are at most
-// 7 per reserved address; attaching a Service to each costs at most 3. Counted from the audit
-// log: every write either controller made while the test ran, whatever it concerned, so that
-// waste anywhere shows.
+// The write budget (docs/design.md#the-write-budget) on the sandbox, as installed by the charts
+// (the core's protection policy and the CRD's status default included), with the real MetalLB: all
+// of this project's writes, events included, from the creation of claims until each is Bound and
+// held, are at most 7 per reserved address; attaching a Service to each costs at most 3. Counted
+// from the audit log: every write either controller made while the test ran, whatever it concerned,
+// so that waste anywhere shows.
 func TestWriteBudgetOnTheSandbox(t *testing.T) {
 	f := features.New("the write budget per reserved address and per attach").
 		Assess("claims, then Services naming them", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {

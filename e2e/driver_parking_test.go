@@ -42,7 +42,7 @@ var (
 // driverReportingController is the name the driver's events carry as their reporting controller.
 const driverReportingController = "metallb-iad"
 
-// DESIGN §5 "Never a foreign address", with an autoAssign: true MetalLB pool present: every
+// docs/design.md#never-a-foreign-address, with an autoAssign: true MetalLB pool present: every
 // Service that names a claim, or will be auto-claimed, shows in its load-balancer status its
 // claim's addresses and nothing else — not for a moment — as recorded by a watch that started
 // before any of them was created. The cases:
@@ -305,7 +305,7 @@ func TestDriverNeverShowsAForeignAddress(t *testing.T) {
 
 // noParkingWarnings fails the test for any AllocationFailed event, whoever reported it, about the
 // named Services since `since`: a Service that waits parked for its claim, or is attached to it,
-// gets no Warning (DESIGN §5, "Never a foreign address": no foreign address and no
+// gets no Warning (docs/design.md#never-a-foreign-address: no foreign address and no
 // AllocationFailed first). That includes MetalLB's report of the claim's IP as still in use by
 // the hold the driver deleted for the attach, which a pass of MetalLB's over every Service makes
 // when several Services attach at once (the chart's hand-over-events policy refuses it).

@@ -41,7 +41,7 @@ func identityOf(username string) string {
 }
 
 // isProjectIdentity says whether writes of that identity count against the project's write
-// budget (DESIGN.md §5a): the core's and the driver's ServiceAccounts.
+// budget (docs/design.md#the-write-budget): the core's and the driver's ServiceAccounts.
 func isProjectIdentity(id string) bool { return id == IdentityCore || id == IdentityDriver }
 
 // auditLine is the part of an audit event (JSON, one per line) the benchmark reads.

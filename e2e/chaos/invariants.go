@@ -41,7 +41,7 @@ func (v Violation) String() string {
 	return fmt.Sprintf("[%s] %s\n      %s", v.Invariant, v.Detail, strings.Join(v.Objects, "\n      "))
 }
 
-// The invariants of issue 13, each as the DESIGN states it.
+// The invariants of issue 13, each as docs/design.md states it.
 const (
 	InvClaimBound       = "claim-bound"        // every live claim Bound, or Lost with a reason when its pool lost its IP
 	InvOnePerFamily     = "one-per-family"     // one address per family, whose claimRef names the claim with its uid

@@ -185,8 +185,8 @@ func policyExpressions(obj map[string]any) []string {
 }
 
 // Each chart's kubeVersion is the oldest Kubernetes whose apiserver serves every kind the chart
-// ships and accepts every CEL rule and policy expression in it (DESIGN §8): older releases are
-// refused by Helm, and the chart does not refuse releases that would work.
+// ships and accepts every CEL rule and policy expression in it (docs/design.md#packaging): older
+// releases are refused by Helm, and the chart does not refuse releases that would work.
 func TestKubeVersionIsTheOldestThatAcceptsTheChart(t *testing.T) {
 	for _, name := range []string{"address-controller", "metallb-iad"} {
 		t.Run(name, func(t *testing.T) {

@@ -90,11 +90,11 @@ func renderDriverFor(t *testing.T, values map[string]any, kinds []string) map[st
 	return decodeIndex(t, manifest)
 }
 
-// The parking policies as PARKING.md agrees them: both MutatingAdmissionPolicies with their
-// bindings, failurePolicy Ignore, CREATE and UPDATE of services (not their status), the parked
-// value exactly parkingPool under parkingAnnotation (which the service-pins
-// policy exempts), the auto-claim one with IPAddressClass params over all classes, and the
-// bindings selecting the tenant namespaces like the service-pins binding.
+// The parking policies as docs/design.md#parking describes them: both MutatingAdmissionPolicies
+// with their bindings, failurePolicy Ignore, CREATE and UPDATE of services (not their status), the
+// parked value exactly parkingPool under parkingAnnotation (which the service-pins policy exempts),
+// the auto-claim one with IPAddressClass params over all classes, and the bindings selecting the
+// tenant namespaces like the service-pins binding.
 func TestParkingPoliciesRendering(t *testing.T) {
 	objs := render(t, "metallb-iad", nil)
 	parked := "'" + parkingAnnotation + "': '" + parkingPool + "'"

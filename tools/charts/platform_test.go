@@ -56,7 +56,8 @@ var emissionCases = []emissionCase{
 	{"isp-full-generic, MetalLB disabled", true, "isp-full-generic", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
 	{"MetalLB disabled", true, "isp-full", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
 	{"only the core", true, "isp-full", []any{"cozystack.address-controller"}, nil, []string{"cozystack.address-controller"}},
-	// DESIGN §8: a driver without the core would wait on a missing dependency for ever.
+	// docs/design.md#packaging: a driver without the core would wait on a missing dependency for
+	// ever.
 	{"only the driver: nothing", true, "isp-full", []any{"cozystack.metallb-iad"}, nil, nil},
 	{"core disabled: no driver either", true, "isp-full", both, []any{"cozystack.address-controller"}, nil},
 	{"driver disabled", true, "isp-full", both, []any{"cozystack.metallb-iad"}, []string{"cozystack.address-controller"}},
@@ -177,7 +178,7 @@ func TestPackageSourceDependencies(t *testing.T) {
 					// variant, yet its own default system packages (cert-manager,
 					// cozystack-engine) depend on it there as well: a gap of the platform's,
 					// not one the fragment can close while emitting the core "when enabled"
-					// (DESIGN §8).
+					// (docs/design.md#packaging).
 					t.Logf("%s: %s depends on %s, which the platform itself does not emit on distro-full", tc.name, p, d)
 					continue
 				}

@@ -41,11 +41,11 @@ func ipAddress(name, ip string, finalizers ...string) *unstructured.Unstructured
 
 // The core chart on a real kube-apiserver (v1.37.2), installed by Helm with the capabilities
 // discovery reports. Its protection policy puts the core's finalizer on every IPAddress as it is
-// created, next to the creator's own, exactly once, so that the core need not patch it on (DESIGN
-// §5a's write budget). And the claim CRD's schema default makes a claim the core has not written
-// yet read as Pending, in a read and in a watch, which lets the core leave a claim that only
-// waits for its driver unwritten. Its stamp policy keeps the claim annotations that decide the
-// driver and class (the stamp) the core's (stampPolicy).
+// created, next to the creator's own, exactly once, so that the core need not patch it on (the
+// write budget, docs/design.md#the-write-budget). And the claim CRD's schema default makes a claim
+// the core has not written yet read as Pending, in a read and in a watch, which lets the core leave
+// a claim that only waits for its driver unwritten. Its stamp policy keeps the claim annotations
+// that decide the driver and class (the stamp) the core's (stampPolicy).
 func TestCoreAdmissionAndDefaultsOnTheAPIServer(t *testing.T) {
 	cp := startAPIServer(t)
 	ctx := context.Background()

@@ -20,7 +20,7 @@ const sharedDir = "/work/shared"
 const minProse = 9
 
 // The project's documentation is written in its own words: no Markdown page shares a run of
-// prose with the reference pages in /work/shared. Code is allowed: fenced blocks are left out
+// prose with the reference pages in sharedDir. Code is allowed: fenced blocks are left out
 // and words inside code spans (or tokens such as metallb.io/address-pool) do not count towards
 // minProse. Skipped where the reference pages are absent (CI's checkout).
 func TestDocsDoNotCopyTheReferencePages(t *testing.T) {

@@ -429,7 +429,7 @@ func tenantEntries(page string) []string {
 	return out
 }
 
-// unlinkedReasons are the reasons the guide has no link to troubleshooting.md#<reason> for.
+// unlinkedReasons are the reasons the guide has no link to docs/troubleshooting.md#<reason> for.
 func unlinkedReasons(reasons []string, guide string) []string {
 	var out []string
 	for _, r := range reasons {

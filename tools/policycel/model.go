@@ -13,10 +13,11 @@ const (
 	ParkingAnnotation = "metallb.io/address-pool"
 )
 
-// ProtectedAnnotations are the Service annotations DESIGN §6 protects: MetalLB's pool, pin and
-// sharing annotations under both prefixes, and the driver's pinned marker; and the driver's
-// releasing record (with which the driver finishes an unpin: a tenant could otherwise make it
-// take back an address it does not hold, or hide a Conflict).
+// ProtectedAnnotations are the Service annotations the service-pins policy protects
+// (docs/design.md#the-service-pins-policy): MetalLB's pool, pin and sharing annotations under both
+// prefixes, and the driver's pinned marker; and the driver's releasing record (with which the
+// driver finishes an unpin: a tenant could otherwise make it take back an address it does not hold,
+// or hide a Conflict).
 var ProtectedAnnotations = []string{
 	"metallb.io/loadBalancerIPs", "metallb.io/address-pool", "metallb.io/allow-shared-ip",
 	"metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/address-pool", "metallb.universe.tf/allow-shared-ip",
@@ -26,8 +27,8 @@ var ProtectedAnnotations = []string{
 // DefaultAllowedGroups are the chart's default exempt groups.
 var DefaultAllowedGroups = []string{"system:masters", "kubeadm:cluster-admins", "cozystack-cluster-admin"}
 
-// Rule is DESIGN §6 written as plain Go, independently of the policy's CEL: who is exempt, and
-// which fields a write may not set, change or remove.
+// Rule is docs/design.md#the-service-pins-policy written as plain Go, independently of the policy's
+// CEL: who is exempt, and which fields a write may not set, change or remove.
 type Rule struct {
 	DriverUser    string
 	AllowedUsers  []string

@@ -16,10 +16,10 @@ const (
 // MetalLBAnnotations are MetalLB's pool, pin and sharing annotations under both prefixes.
 var MetalLBAnnotations = ProtectedAnnotations[:6]
 
-// ParkingRule is PARKING.md written as plain Go, independently of the policies' CEL (and of the
-// core's code, which this module does not import; the e2e module's policymodel test compares it
-// with autoclaim.SkipAsked): which policy parks the Service of req, with the class for the
-// auto-claim one ("metallb-iad-park-auto-claimed/<class>"), or "" for neither.
+// ParkingRule is docs/design.md#parking written as plain Go, independently of the policies' CEL
+// (and of the core's code, which this module does not import; the e2e module's policymodel test
+// compares it with autoclaim.SkipAsked): which policy parks the Service of req, with the class for
+// the auto-claim one ("metallb-iad-park-auto-claimed/<class>"), or "" for neither.
 func ParkingRule(req ParkRequest) string {
 	obj := req.Object
 	ann := annotations(obj)

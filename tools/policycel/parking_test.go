@@ -55,7 +55,7 @@ func checkParking(t testing.TB, p *Parking, req ParkRequest) string {
 	want := ParkingRule(req)
 	applied := strings.Join(got.Applied, ",")
 	if applied != want {
-		t.Fatalf("policies applied %q, PARKING.md says %q\nold %v\nnew %v\nclasses %v", applied, want, req.OldObject, req.Object, req.Classes)
+		t.Fatalf("policies applied %q, the parking rule says %q\nold %v\nnew %v\nclasses %v", applied, want, req.OldObject, req.Object, req.Classes)
 	}
 	out := runtime.DeepCopyJSON(got.Object)
 	if want != "" {
@@ -82,10 +82,10 @@ func normalize(t testing.TB, obj map[string]any) any {
 	return v
 }
 
-// Random Service writes and classes: the chart's parking policies, evaluated with the
-// apiserver's admission CEL compiler, park exactly the Services PARKING.md says (a parkable
-// Service that names a claim, or that auto-claim would serve from a class of this driver, the
-// latter never when an existing Service shows an address), with exactly ParkingPool.
+// Random Service writes and classes: the chart's parking policies, evaluated with the apiserver's
+// admission CEL compiler, park exactly the Services docs/design.md#parking says (a parkable Service
+// that names a claim, or that auto-claim would serve from a class of this driver, the latter never
+// when an existing Service shows an address), with exactly ParkingPool.
 func FuzzParkingPolicies(f *testing.F) {
 	p := loadParking(f)
 	for _, seed := range [][]byte{
@@ -153,7 +153,7 @@ func withIngress(s map[string]any) map[string]any {
 	return s
 }
 
-// The cases PARKING.md names, one by one.
+// The cases of docs/design.md#parking, one by one.
 func TestParkingPolicies(t *testing.T) {
 	p := loadParking(t)
 	if len(p.Specs) != 2 {

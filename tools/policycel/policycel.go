@@ -1,7 +1,7 @@
 // Package policycel evaluates the driver chart's service-pins ValidatingAdmissionPolicy with the
 // CEL environment the apiserver uses (k8s.io/apiserver/pkg/cel/environment), outside any
 // cluster. The policy is rendered from the chart, so what is evaluated is what ships; the fuzz
-// test and the e2e sample compare it with the rule of DESIGN §6.
+// test and the e2e sample compare it with the rule of docs/design.md#the-service-pins-policy.
 package policycel
 
 import (

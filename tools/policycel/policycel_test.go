@@ -53,7 +53,7 @@ func FuzzServicePinsPolicy(f *testing.F) {
 			t.Fatalf("the policy fails to evaluate (a Fail policy then denies everything): %v\nrequest %+v", err, req)
 		}
 		if want := rule.Allows(req); got.Allowed != want {
-			t.Fatalf("policy allowed=%v (%q), DESIGN §6 says %v (changed %v)\nuser %s %v\nold %v\nnew %v",
+			t.Fatalf("policy allowed=%v (%q), the service-pins rule says %v (changed %v)\nuser %s %v\nold %v\nnew %v",
 				got.Allowed, got.Message, want, rule.Changed(req), req.Username, req.Groups, req.OldObject, req.Object)
 		}
 		if !got.Allowed && !strings.Contains(got.Message, req.Username) {

@@ -87,10 +87,10 @@ func (r *AddressReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	return quietConflict(r.reconcile(ctx, req))
 }
 
-// errDecideLive stops a pass decided from the cache at its first write: the pass is made again
-// on the apiserver's view of the address (DESIGN §5a), so that a pass woken by this
-// controller's own write, before the cache shows it, neither writes twice nor fails a
-// resourceVersion precondition.
+// errDecideLive stops a pass decided from the cache at its first write: the pass is made again on
+// the apiserver's view of the address (docs/design.md#a-view-that-includes-your-own-writes), so
+// that a pass woken by this controller's own write, before the cache shows it, neither writes twice
+// nor fails a resourceVersion precondition.
 var errDecideLive = errors.New("a write is due: decide again on the apiserver's view")
 
 func (r *AddressReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

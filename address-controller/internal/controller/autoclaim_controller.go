@@ -186,8 +186,9 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if autoClaimSkip(&svc, enabled) != "" {
 		return reconcile.Result{}, nil
 	}
-	// The cache may not show yet a claim an earlier pass created: ask the apiserver before
-	// creating one (DESIGN §5a: never create twice what one write already made).
+	// The cache may not show yet a claim an earlier pass created: ask the apiserver before creating
+	// one (docs/design.md#a-view-that-includes-your-own-writes: never create twice what one write
+	// already made).
 	if err := r.Reader.Get(ctx, req.NamespacedName, &existing); err == nil {
 		return r.existingClaim(&svc, &existing), nil
 	} else if !apierrors.IsNotFound(err) {
@@ -216,7 +217,7 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		}
 		return reconcile.Result{}, err
 	}
-	// No event: the claim, owned by the Service, says it (DESIGN §5a's write budget).
+	// No event: the claim, owned by the Service, says it (docs/design.md#the-write-budget).
 	return reconcile.Result{}, nil
 }
 

@@ -22,11 +22,12 @@ var annotationKeys = []string{
 
 var annotationValues = []string{"", "false", "FALSE", "False", "true", "web", "203.0.113.7", " false", "pool-a"}
 
-// skipModel is the product page's (and DESIGN §4's) list of reasons not to auto-claim, written
-// independently of the code: not a LoadBalancer, being deleted, names a claim, opted out, a
-// loadBalancerClass, spec.loadBalancerIP, a MetalLB pool/pin/sharing annotation under either
-// prefix, or an address already in status that the Service had before auto-claim applied to it
-// (created before enabledAt; a zero enabledAt — the Service names its class — never skips).
+// skipModel is the product page's (and docs/design.md#auto-claim-and-the-link-rule) list of reasons
+// not to auto-claim, written independently of the code: not a LoadBalancer, being deleted, names a
+// claim, opted out, a loadBalancerClass, spec.loadBalancerIP, a MetalLB pool/pin/sharing annotation
+// under either prefix, or an address already in status that the Service had before auto-claim
+// applied to it (created before enabledAt; a zero enabledAt — the Service names its class — never
+// skips).
 func skipModel(svc *corev1.Service, enabledAt time.Time) bool {
 	ann := svc.Annotations
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || ann[ipamv1.AnnotationServiceClaim] != "" ||

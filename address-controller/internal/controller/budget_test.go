@@ -20,13 +20,13 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-// coreWriteBudget is the core's share of DESIGN §5a's write budget for one reserved address,
-// from claim creation to Bound, events included, on this suite's apiserver: the claim's finalizer
-// and provisioner annotation (one merged patch), its Bound status, the address's protection
-// finalizer and its Bound phase. No Pending status: the CRD defaults the phase, and a claim that
-// only waits for its driver is left quiet (quietUntil). The chart's protection policy, which this
-// suite does not install, puts the finalizer on at creation and takes the core to three; the e2e
-// TestWriteBudgetOnTheSandbox counts that, with every controller, against the budget of 7.
+// coreWriteBudget is the core's share of the write budget (docs/design.md#the-write-budget) for one
+// reserved address, from claim creation to Bound, events included, on this suite's apiserver: the
+// claim's finalizer and provisioner annotation (one merged patch), its Bound status, the address's
+// protection finalizer and its Bound phase. No Pending status: the CRD defaults the phase, and a
+// claim that only waits for its driver is left quiet (quietUntil). The chart's protection policy,
+// which this suite does not install, puts the finalizer on at creation and takes the core to three;
+// the e2e TestWriteBudgetOnTheSandbox counts that, with every controller, against the budget of 7.
 const coreWriteBudget = 4
 
 // auditRecord is one write in the apiserver's audit log.

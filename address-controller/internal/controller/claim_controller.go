@@ -245,12 +245,12 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if all := pass.binds(); all || (pass.writes() && !r.mayWriteFromCache(&claim, refs.Items, &pass, r.bindMemory().of(req.NamespacedName))) {
 		// A write is due that the cache may not be trusted for: decide again on the apiserver's
 		// view of the claim and of its addresses. A decision from a lagging cache could bind a
-		// second address, or turn a Bound claim Lost or change its addresses (DESIGN §5a: no
-		// decision rests on our own unseen writes); a bind also rests on every address that
-		// names the claim, one a driver or an admin made a moment ago included. The common
-		// writes (the finalizer and stamp, a status that only adds addresses) decide from a
-		// cache that shows this controller's own writes (mayWriteFromCache): every write is
-		// guarded by the resourceVersion it was decided on.
+		// second address, or turn a Bound claim Lost or change its addresses
+		// (docs/design.md#a-view-that-includes-your-own-writes: no decision rests on our own unseen
+		// writes); a bind also rests on every address that names the claim, one a driver or an
+		// admin made a moment ago included. The common writes (the finalizer and stamp, a status
+		// that only adds addresses) decide from a cache that shows this controller's own writes
+		// (mayWriteFromCache): every write is guarded by the resourceVersion it was decided on.
 		ok, err := r.refresh(ctx, &claim, &sorted, refs.Items, all)
 		if err != nil || !ok {
 			return reconcile.Result{}, err
@@ -580,17 +580,17 @@ func mayBind(claim *ipamv1.IPAddressClaim) bool {
 // refresh replaces the cached claim and its addresses with the apiserver's. It reports false
 // when the claim is gone or being deleted (a later pass releases it).
 //
-// With all, the addresses are listed by claimRef: a pass that binds sees every address that
-// names the claim, one a driver or an admin made a moment ago included, so it never binds a
-// second one. Otherwise they are read one by one, by name: every address the cache lists for the
-// claim, the live claim's status names, or this controller bound to it without the cache showing
-// it yet (binds) — a view with all of this controller's own writes (DESIGN §5a) and what its
-// last status write rested on. A read by name costs the apiserver the same whatever the number
-// of addresses, while a list by claimRef (a field selector) makes it filter every address: once
-// per write of every claim, that was the core's bottleneck at 10,000 addresses. What a read by
-// name can miss is an address another writer made name the claim a moment ago that the cache
-// does not show yet; the status then waits for that address's own event, which brings the claim
-// back.
+// With all, the addresses are listed by claimRef: a pass that binds sees every address that names
+// the claim, one a driver or an admin made a moment ago included, so it never binds a second one.
+// Otherwise they are read one by one, by name: every address the cache lists for the claim, the
+// live claim's status names, or this controller bound to it without the cache showing it yet
+// (binds) — a view with all of this controller's own writes
+// (docs/design.md#a-view-that-includes-your-own-writes) and what its last status write rested on. A
+// read by name costs the apiserver the same whatever the number of addresses, while a list by
+// claimRef (a field selector) makes it filter every address: once per write of every claim, that
+// was the core's bottleneck at 10,000 addresses. What a read by name can miss is an address another
+// writer made name the claim a moment ago that the cache does not show yet; the status then waits
+// for that address's own event, which brings the claim back.
 func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressClaim, sorted *claimAddresses, cached []ipamv1.IPAddress, all bool) (bool, error) {
 	var live ipamv1.IPAddressClaim
 	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), &live); err != nil {
@@ -939,7 +939,7 @@ func (r *ClaimReconciler) writeStatus(ctx context.Context, claim *ipamv1.IPAddre
 }
 
 // claimTransition emits the events and metrics of a status change: once per transition. The
-// way to Bound says nothing (DESIGN §5a's write budget: the status says it); what needs a
+// way to Bound says nothing (docs/design.md#the-write-budget: the status says it); what needs a
 // tenant or an admin to act is a Warning.
 func (r *ClaimReconciler) claimTransition(before, after *ipamv1.IPAddressClaim) {
 	prev := meta.FindStatusCondition(before.Status.Conditions, ipamv1.ConditionBound)

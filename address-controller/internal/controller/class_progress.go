@@ -7,14 +7,14 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-// classProgress remembers, per class and family, the last time a claim of the class became
-// Bound with an address of that family. A claim that waits for its driver while the driver keeps
-// binding other claims of its class and families is waiting its turn in a backlog, not stuck: its
-// quiet wait (quietUntil) runs from that last bind rather than from its own creation, so a step
-// of 10,000 claims does not cost a WaitingForAddress status write for every claim that queues for
-// more than two minutes (DESIGN §5a's write budget). A driver that stops binding a family (its
-// IPv6 range exhausted while IPv4 claims still bind) lets the quiet of claims asking for that
-// family end a quiet wait after its last bind; quietCap bounds the wait however busy the driver is.
+// classProgress remembers, per class and family, the last time a claim of the class became Bound
+// with an address of that family. A claim that waits for its driver while the driver keeps binding
+// other claims of its class and families is waiting its turn in a backlog, not stuck: its quiet
+// wait (quietUntil) runs from that last bind rather than from its own creation, so a step of 10,000
+// claims does not cost a WaitingForAddress status write for every claim that queues for more than
+// two minutes (docs/design.md#the-write-budget). A driver that stops binding a family (its IPv6
+// range exhausted while IPv4 claims still bind) lets the quiet of claims asking for that family end
+// a quiet wait after its last bind; quietCap bounds the wait however busy the driver is.
 //
 // The memory is fed by the claim passes: a bind this controller writes, and a Bound claim's
 // condition on any pass. After a restart or a leader change the first pass that asks about a

@@ -191,11 +191,12 @@ func decideClaimStatus(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*i
 	return out
 }
 
-// quietWait is how long, by default, a claim that waits only for its driver to provision reads
-// as the API server defaults it (phase Pending, nothing else) before the core says what it waits
-// for. Most claims are Bound well within it, and so cost one status write instead of two (DESIGN
-// §5a's write budget); meanwhile the provisioner and resolved-class annotations, written at once,
-// say which driver and class it waits for, and the status says so once the wait lasts.
+// quietWait is how long, by default, a claim that waits only for its driver to provision reads as
+// the API server defaults it (phase Pending, nothing else) before the core says what it waits for.
+// Most claims are Bound well within it, and so cost one status write instead of two
+// (docs/design.md#the-write-budget); meanwhile the provisioner and resolved-class annotations,
+// written at once, say which driver and class it waits for, and the status says so once the wait
+// lasts.
 const quietWait = 2 * time.Minute
 
 // mayStayQuiet: the core has never written the claim's status (no Bound condition, no
@@ -468,8 +469,9 @@ func decideLimit(claim *ipamv1.IPAddressClaim, ask *limitAsk, addrs []ipamv1.IPA
 		claim.Namespace, ask.max, ask.class)}
 }
 
-// Bounds of the re-check of an object left waiting (DESIGN §5a): a lost event or a stalled
-// apiserver delays it at most this much.
+// Bounds of the re-check of an object left waiting
+// (docs/design.md#nothing-waits-on-an-event-alone): a lost event or a stalled apiserver delays it
+// at most this much.
 const (
 	minRecheck = time.Second
 	maxRecheck = time.Minute

@@ -72,7 +72,8 @@ func TestClaimBindsThroughDriverForEachFamily(t *testing.T) {
 			if cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != c.Generation {
 				t.Fatalf("Bound condition = %+v", cond)
 			}
-			// The way to Bound costs no event (DESIGN §5a's write budget): the status says it.
+			// The way to Bound costs no event (docs/design.md#the-write-budget): the status says
+			// it.
 			if ev := eventsFor(t, ns, name, ""); len(ev) != 0 {
 				t.Fatalf("events on the way to Bound: %+v", ev)
 			}

@@ -10,7 +10,7 @@ import (
 )
 
 // ownWrites remembers the resourceVersion of this controller's last write of each claim and
-// address until the cache shows it (DESIGN §5a: no decision on a view without our own writes).
+// address until the cache shows it (docs/design.md#a-view-that-includes-your-own-writes).
 // A claim pass whose cached claim and addresses already show every write this controller made to
 // them decides from the cache; one that lags reads them from the apiserver first (refresh).
 // Reading always, before every write, cost the apiserver a read per write (at 10,000 claims,

@@ -22,8 +22,9 @@ var MetalLBAnnotations = []string{
 // ParkingPool is the value of MetalLB's address-pool annotation with which a driver's admission
 // policy parks a Service that names a claim or will use an auto-claim, until the driver pins its
 // claim's addresses: no IPAddressPool can have that name (a slash is not allowed in object names),
-// so MetalLB gives a parked Service no address at all, never a foreign one (DESIGN §5). Such a
-// Service did not choose its address its own way: auto-claim still serves it.
+// so MetalLB gives a parked Service no address at all, never a foreign one
+// (docs/design.md#never-a-foreign-address). Such a Service did not choose its address its own way:
+// auto-claim still serves it.
 const ParkingPool = "metallb-iad/parked"
 
 // ParkingAnnotation is the annotation that carries ParkingPool.

@@ -43,10 +43,10 @@ func NeedsProvisioning(claim *ipamv1.IPAddressClaim, provisioner string) bool {
 		claim.Status.Phase != ipamv1.ClaimLost
 }
 
-// ClaimClass names the class a driver provisions a claim from: the class its spec names, else
-// the one the core recorded in its status, else the one the core resolved when it stamped the
-// claim (AnnotationResolvedClass: the core leaves the status of a claim that waits only for its
-// driver unwritten for a while, DESIGN §5a's write budget). "" when the core resolved none yet.
+// ClaimClass names the class a driver provisions a claim from: the class its spec names, else the
+// one the core recorded in its status, else the one the core resolved when it stamped the claim
+// (AnnotationResolvedClass: the core leaves the status of a claim that waits only for its driver
+// unwritten for a while, see docs/design.md#the-write-budget). "" when the core resolved none yet.
 // A driver never resolves a default class itself: the core's resolution is sticky, the current
 // default may have changed since.
 func ClaimClass(claim *ipamv1.IPAddressClaim) string {
@@ -198,7 +198,8 @@ func TeardownMayStart(a *ipamv1.IPAddress) bool {
 	return a.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(a, ipamv1.FinalizerAddress)
 }
 
-// MaxRecheck caps the delay of a scheduled re-check (DESIGN §5a: about a minute).
+// MaxRecheck caps the delay of a scheduled re-check (about a minute:
+// docs/design.md#nothing-waits-on-an-event-alone).
 const MaxRecheck = time.Minute
 
 // Recheck is the delay before looking again at an object that has been waiting since since:

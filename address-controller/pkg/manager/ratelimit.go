@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// Bounds of the error backoff of every controller (DESIGN §5a: an object whose reconcile fails
-// is retried with backoff capped at about a minute). controller-runtime's default grows to
-// about 16 minutes per item.
+// Bounds of the error backoff of every controller (docs/design.md#nothing-waits-on-an-event-alone:
+// an object whose reconcile fails is retried with backoff capped at about a minute).
+// controller-runtime's default grows to about 16 minutes per item.
 const (
 	RetryBaseDelay = 100 * time.Millisecond
 	RetryMaxDelay  = time.Minute

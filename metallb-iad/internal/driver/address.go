@@ -120,10 +120,11 @@ func (d *Driver) sweepOrphans(ctx context.Context) error {
 	return nil
 }
 
-// sweepPlaceholders brings the claim of every provisioning placeholder older than a sweep
-// period back to the claim reconciler, which keeps, settles or retires it (planProvision): a
-// placeholder left over when its claim was bound, deleted or re-resolved and that event was
-// missed would otherwise keep an IP of the pool until the next event (DESIGN §5a).
+// sweepPlaceholders brings the claim of every provisioning placeholder older than a sweep period
+// back to the claim reconciler, which keeps, settles or retires it (planProvision): a placeholder
+// left over when its claim was bound, deleted or re-resolved and that event was missed would
+// otherwise keep an IP of the pool until the next event
+// (docs/design.md#nothing-waits-on-an-event-alone).
 func (d *Driver) sweepPlaceholders(ctx context.Context) error {
 	var list corev1.ServiceList
 	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleProvisioning}); err != nil {
@@ -320,9 +321,10 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*add
 	return v, nil
 }
 
-// freshAddress returns the address as fresh as this driver's own last write of it: the cached
-// one once the cache shows that write, else the apiserver's (DESIGN §5a: no decision on a cached
-// object this driver has just written, and no write refused for a stale resourceVersion).
+// freshAddress returns the address as fresh as this driver's own last write of it: the cached one
+// once the cache shows that write, else the apiserver's
+// (docs/design.md#a-view-that-includes-your-own-writes: no decision on a cached object this driver
+// has just written, and no write refused for a stale resourceVersion).
 func (d *Driver) freshAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
 	rv, ok := d.expect.Pending(writtenKey(a.Name), d.now())
 	if !ok {
@@ -659,12 +661,13 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		}
 	}
 	if p.status != nil {
-		// The driver alone writes attachedTo and these conditions (DESIGN §2), and its view of
-		// them is fresh (freshAddress): a merge patch of the conditions needs no resourceVersion
-		// lock, so the core's phase writes never make it fail. A patch that changes attachedTo
-		// keeps the lock: the Service reconciler writes it too (a re-created Service of the same
-		// name attaching while this pass decided the old one was gone), and one of the two
-		// must see the other's write and decide again.
+		// The driver alone writes attachedTo and these conditions
+		// (docs/design.md#who-writes-which-field), and its view of them is fresh (freshAddress): a
+		// merge patch of the conditions needs no resourceVersion lock, so the core's phase writes
+		// never make it fail. A patch that changes attachedTo keeps the lock: the Service
+		// reconciler writes it too (a re-created Service of the same name attaching while this pass
+		// decided the old one was gone), and one of the two must see the other's write and decide
+		// again.
 		a.Status = *p.status
 		patch := client.MergeFrom(orig)
 		if !equality.Semantic.DeepEqual(orig.Status.AttachedTo, a.Status.AttachedTo) {

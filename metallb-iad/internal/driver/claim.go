@@ -139,9 +139,9 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	return v, nil
 }
 
-// confirmExpected completes the cache's view with this driver's own recent writes: an address
-// or placeholder it created for the claim that the cache does not show yet is read from the
-// apiserver, so that no pass creates a second one (DESIGN §5a).
+// confirmExpected completes the cache's view with this driver's own recent writes: an address or
+// placeholder it created for the claim that the cache does not show yet is read from the apiserver,
+// so that no pass creates a second one (docs/design.md#a-view-that-includes-your-own-writes).
 func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
 	uid := string(v.claim.UID)
 	for _, fam := range v.claim.Spec.Family.Families() {
@@ -366,8 +366,7 @@ func (d *Driver) makeHold(ctx context.Context, h handover) error {
 // notRelabelled drops the provisioning placeholders this driver has made holds of since the
 // cache's copy: the cache may still show one as provisioning (even as not served yet, when the
 // pass that settled it read it from the apiserver), and a pass deciding from that copy would
-// delete the hold of a reserved IP (DESIGN §5a: decide from a view that includes your own
-// writes).
+// delete the hold of a reserved IP (docs/design.md#a-view-that-includes-your-own-writes).
 func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []*corev1.Service {
 	out := placeholders[:0:0]
 	for _, s := range placeholders {

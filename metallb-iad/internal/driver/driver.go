@@ -19,9 +19,10 @@ import (
 	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 )
 
-// The driver is four reconcilers, each of the same shape: read a snapshot (snapshot*.go),
-// call a pure planner that returns the writes (plan_*.go, table-tested), apply the writes in
-// the documented crash-safe order.
+// The driver is four reconcilers, each of the same shape (docs/design.md#decide-then-write): read
+// a snapshot (the view types declared beside their planners: provisionView, addressView,
+// attachView, staleView), call a pure planner that returns the writes (plan_*.go, table-tested),
+// apply the writes in the documented crash-safe order.
 //
 //   - class.go        classes: Accepted (or refused) from the pool they name.
 //   - claim.go        provisioning: placeholders for a stamped claim, the IPAddress once MetalLB
@@ -131,8 +132,9 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-// controllerOptions are the project's (pkg/manager): the failure backoff is capped at a minute
-// like every scheduled re-check (DESIGN §5a), instead of client-go's default of about 17 minutes.
+// controllerOptions are the project's (pkg/manager): the failure backoff is capped at a minute like
+// every scheduled re-check (docs/design.md#nothing-waits-on-an-event-alone), instead of client-go's
+// default of about 17 minutes.
 func (d *Driver) controllerOptions() controller.Options {
 	return projectmanager.ControllerOptions(d.Workers)
 }

@@ -9,8 +9,9 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-// The link rule (DESIGN §4) for any Service: the claim its ip-address-claim annotation names,
-// else the auto-claim of its own name; never another name, never an empty one.
+// The link rule (docs/design.md#auto-claim-and-the-link-rule) for any Service: the claim its
+// ip-address-claim annotation names, else the auto-claim of its own name; never another name, never
+// an empty one.
 func FuzzLinkedClaim(f *testing.F) {
 	f.Add("web", "", false, "")
 	f.Add("web", "db", true, "")

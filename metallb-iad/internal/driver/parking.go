@@ -8,16 +8,16 @@ import (
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
-// Parking (DESIGN §5, never a foreign address): the chart's admission policies give a Service
-// that names a claim, or will use an auto-claim of this driver's class, MetalLB's pool
-// annotation with autoclaim.ParkingPool, so that MetalLB assigns it nothing until the driver
-// pins its claim's addresses (the pin patch removes the parking annotation). The driver keeps
-// the same rule where the policies cannot: it parks a Service in the write that unpins it (the
-// policy cannot tell an auto-claimed Service that still shows the address being released from
-// one that had an address before auto-claim), and takes the parking annotation off a Service
-// that no longer qualifies (it stopped naming a claim, opted out of auto-claim, or its class is
-// not this driver's), which the policies never do. parkingWanted mirrors the policies'
-// conditions, so the two never undo each other.
+// Parking (docs/design.md#parking, docs/design.md#never-a-foreign-address): the chart's admission
+// policies give a Service that names a claim, or will use an auto-claim of this driver's class,
+// MetalLB's pool annotation with autoclaim.ParkingPool, so that MetalLB assigns it nothing until
+// the driver pins its claim's addresses (the pin patch removes the parking annotation). The driver
+// keeps the same rule where the policies cannot: it parks a Service in the write that unpins it
+// (the policy cannot tell an auto-claimed Service that still shows the address being released from
+// one that had an address before auto-claim), and takes the parking annotation off a Service that
+// no longer qualifies (it stopped naming a claim, opted out of auto-claim, or its class is not this
+// driver's), which the policies never do. parkingWanted mirrors the policies' conditions, so the
+// two never undo each other.
 
 // parkable: a Service MetalLB would serve that requests no address of its own (no
 // loadBalancerClass, no MetalLB annotation or spec.loadBalancerIP but the driver's pin and the

@@ -213,7 +213,8 @@ func planAddress(v addressView) addressPlan {
 		// adopted): it attaches next; holding the IP now would only fight it.
 		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
 			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
-		// Nothing waits on an event alone (DESIGN §5a): the adoption is looked at again.
+		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): the
+		// adoption is looked at again.
 		p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
 	default:
 		waiting = planHold(v, status, &p)
@@ -447,16 +448,16 @@ func releasingHolder(v addressView) *corev1.Service {
 	return nil
 }
 
-// staleHolder: a Service MetalLB serves (type LoadBalancer, no loadBalancerClass) that shows
-// the IP in its load-balancer status although nothing on it requests the IP — no pin or pool or
-// sharing annotation under either prefix, no spec.loadBalancerIP, no marker or releasing record
-// of this driver — and that is neither the attached Service nor an adopting one. MetalLB
-// assigns an IP of an autoAssign: false pool only on request, so such an ingress is an
-// allocation MetalLB kept in memory: typically written back, while MetalLB's passes kept
-// failing, into a Service this driver had unpinned and cleared. An admin could not act on it
-// (there is nothing to remove), so the driver finishes the release itself: clearing the
-// status makes MetalLB drop its state for the Service (DESIGN §5, Detach). A Service that does
-// request the IP, or that another implementation serves, stays a Conflict.
+// staleHolder: a Service MetalLB serves (type LoadBalancer, no loadBalancerClass) that shows the IP
+// in its load-balancer status although nothing on it requests the IP — no pin or pool or sharing
+// annotation under either prefix, no spec.loadBalancerIP, no marker or releasing record of this
+// driver — and that is neither the attached Service nor an adopting one. MetalLB assigns an IP of
+// an autoAssign: false pool only on request, so such an ingress is an allocation MetalLB kept in
+// memory: typically written back, while MetalLB's passes kept failing, into a Service this driver
+// had unpinned and cleared. An admin could not act on it (there is nothing to remove), so the
+// driver finishes the release itself: clearing the status makes MetalLB drop its state for the
+// Service (docs/design.md#attach-detach-and-re-link). A Service that does request the IP, or that
+// another implementation serves, stays a Conflict.
 func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 	s := h.svc
 	if !h.inIngress || h.inExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {

@@ -105,7 +105,7 @@ func planAttach(v attachView) attachPlan {
 	p := planAttachment(v)
 	if v.claim == nil && v.why == "" && v.park && p.requeue == 0 {
 		// Parked for an auto-claim the core has not made yet: the claim's event brings it back,
-		// and a re-check makes sure of it (DESIGN §5a).
+		// and a re-check makes sure of it (docs/design.md#nothing-waits-on-an-event-alone).
 		p.requeue = driverkit.Recheck(v.svc.CreationTimestamp.Time, v.now, time.Second)
 	}
 	if p.detach && p.pin == "" && !parkingUntouched(v.svc) {
@@ -155,10 +155,11 @@ func planAttachment(v attachView) attachPlan {
 		p.detach = true
 		return p
 	case claim.Status.Phase == ipamv1.ClaimLost:
-		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides.
-		// Only those: a Service re-linked to a Lost claim from another one does not keep the
-		// other claim's pin (DESIGN §5 Re-link: it ends with the new claim's addresses only).
-		// (Not one the core let go of: its teardown waits for this Service's detach.)
+		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides. Only
+		// those: a Service re-linked to a Lost claim from another one does not keep the other
+		// claim's pin (docs/design.md#attach-detach-and-re-link: it ends with the new claim's
+		// addresses only). (Not one the core let go of: its teardown waits for this Service's
+		// detach.)
 		if slices.ContainsFunc(v.attachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
 			for _, a := range v.attachedHere {
 				if !ownAddress(claim, a) {

@@ -20,11 +20,12 @@ import (
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
-// The planners' fuzz targets: fuzz bytes are decoded into a random but valid snapshot (the
-// kind of view the reconcilers build from the cache, including a cache that lags behind this
-// driver's own writes), the planner runs, and the plan must keep the invariants of DESIGN §5 and
-// §5a. Each target then applies the plan's writes to the snapshot and plans again: a settled
-// snapshot needs no further writes (the plans are idempotent).
+// The planners' fuzz targets: fuzz bytes are decoded into a random but valid snapshot (the kind of
+// view the reconcilers build from the cache, including a cache that lags behind this driver's own
+// writes), the planner runs, and the plan must keep the invariants of
+// docs/design.md#the-driver-contract and docs/design.md#decide-then-write. Each target then applies
+// the plan's writes to the snapshot and plans again: a settled snapshot needs no further writes
+// (the plans are idempotent).
 
 // choices decodes fuzz bytes into decisions; past the end every choice is 0 (the first option).
 type choices struct {
@@ -1068,7 +1069,7 @@ func describeAttach(p attachPlan) string {
 // Found by FuzzPlanProvision (testdata/fuzz/FuzzPlanProvision/2d5d7479213dc1a4): a placeholder
 // relabelled as an address's hold a moment ago, still shown as the claim's provisioning
 // placeholder by the cache, left the claim waiting for the family with no re-check; a lost watch
-// event stranded it Pending (DESIGN §5a).
+// event stranded it Pending (docs/design.md#nothing-waits-on-an-event-alone).
 func TestPlanProvisionRechecksARelabelLeftBehindByTheCache(t *testing.T) {
 	const ip = "2001:db8::1"
 	p := planProvision(pview(stampedClaim(ipamv1.IPv6), func(v *provisionView) {

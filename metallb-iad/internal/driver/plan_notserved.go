@@ -72,8 +72,8 @@ func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus,
 		return
 	}
 	if wait := v.notServedAfter - v.now.Sub(since); wait > 0 && !said {
-		// Nothing waits on an event alone (DESIGN §5a): looked at again when it would be due
-		// (at most a minute away, as every re-check).
+		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): looked
+		// at again when it would be due (at most a minute away, as every re-check).
 		p.requeue = driverkit.Sooner(p.requeue, min(wait, driverkit.MaxRecheck))
 		return
 	}

@@ -92,9 +92,10 @@ func planProvision(v provisionView) provisionPlan {
 			if a := v.addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
 				switch v.holdOf[a.Name] {
 				case s.Name:
-					// It is that address's hold already; the cache is behind. Look again soon:
-					// if the relabel never shows (the name was a hold's that is gone since),
-					// nothing else brings this claim key back (DESIGN §5a).
+					// It is that address's hold already; the cache is behind. Look again soon: if
+					// the relabel never shows (the name was a hold's that is gone since), nothing
+					// else brings this claim key back
+					// (docs/design.md#nothing-waits-on-an-event-alone).
 					p.requeue = driverkit.Sooner(p.requeue, time.Second)
 					continue
 				case "":
@@ -138,8 +139,8 @@ func planProvision(v provisionView) provisionPlan {
 		case a == nil:
 			p.settle = append(p.settle, settlement{svc: s, address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.class, claim, Finalizer), claim)})
 		case v.holdOf[name] == s.Name:
-			// Relabelled as the address's hold a moment ago; the cache is behind. Look again
-			// soon: the claim still misses the family (DESIGN §5a, never an event alone).
+			// Relabelled as the address's hold a moment ago; the cache is behind. Look again soon:
+			// the claim still misses the family (docs/design.md#nothing-waits-on-an-event-alone).
 			p.requeue = driverkit.Sooner(p.requeue, time.Second)
 		case driverkit.TeardownMayStart(a):
 			// The IP's address is being torn down: never relabel a placeholder as its hold. The

@@ -227,9 +227,10 @@ func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Durati
 			return false, wait
 		}
 		if now.Sub(since) > maxGuessedWait {
-			// Rounds made on a guess have had their chance: the Service waits for something
-			// else (MetalLB down, a pool that does not admit its namespace). No more writes;
-			// still looked at (DESIGN §5a), in case the wait ends without an event.
+			// Rounds made on a guess have had their chance: the Service waits for something else
+			// (MetalLB down, a pool that does not admit its namespace). No more writes; still
+			// looked at (docs/design.md#nothing-waits-on-an-event-alone), in case the wait ends
+			// without an event.
 			return false, driverkit.MaxRecheck
 		}
 	}

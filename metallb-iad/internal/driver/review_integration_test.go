@@ -44,9 +44,10 @@ func TestRelinkToALostClaimDropsTheOldPin(t *testing.T) {
 }
 
 // Finding 9, decided: a Service re-linked to a claim not Bound yet lets A go the same way (its
-// ingress is cleared): DESIGN §5 wants A held again at once (hold invariant, Detach), which
-// MetalLB allows only once the Service's ingress no longer shows A. The foreign address an
-// auto-assigning pool may then give the Service is the "never a foreign address" defect's.
+// ingress is cleared): the design wants A held again at once (docs/design.md#holds,
+// docs/design.md#attach-detach-and-re-link), which MetalLB allows only once the Service's ingress
+// no longer shows A. The foreign address an auto-assigning pool may then give the Service is the
+// "never a foreign address" defect's.
 func TestRelinkToAPendingClaimHoldsTheOldAddress(t *testing.T) {
 	relinkAway(t, "repend", ipamv1.ClaimPending, "198.51.100.224/28", "198.51.100.225", "198.51.100.226")
 }

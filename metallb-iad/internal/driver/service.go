@@ -223,7 +223,7 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 	fresh, err := d.freshService(ctx, &svc)
 	if apierrors.IsNotFound(err) {
 		// Gone, or replaced under its name since the cache saw it: look again once the cache
-		// shows what is there now (DESIGN §5a: not on its event alone).
+		// shows what is there now (docs/design.md#nothing-waits-on-an-event-alone).
 		d.expect.Observed(serviceWrittenKey(string(svc.UID)))
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	} else if err != nil {
@@ -239,7 +239,7 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 
 // freshService is the Service as this driver last wrote it when the cache still shows an older
 // version (read uncached), else the cached one: a pass never decides from a copy its own pin,
-// unpin or parking write has made stale (DESIGN §5a).
+// unpin or parking write has made stale (docs/design.md#a-view-that-includes-your-own-writes).
 func (d *Driver) freshService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
 	key := serviceWrittenKey(string(svc.UID))
 	rv, ok := d.expect.Pending(key, d.now())
