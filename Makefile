@@ -168,10 +168,10 @@ test-metallb-patches: ## MetalLB's own unit tests of the packages the patches ch
 # The default is a count, not a duration: on Go 1.26 a duration races the fuzz coordinator's own deadline and
 # can fail a target with a bare "context deadline exceeded" and no failing input (golang/go#75804, fixed in 1.27).
 FUZZ_TARGETS := FuzzParseAndName:./address-controller/api/v1alpha1/ FuzzAddressNameInjective:./address-controller/api/v1alpha1/ \
-                FuzzAutoClaimSkip:./address-controller/internal/controller/ FuzzLinkedClaim:./metallb-iad/internal/driver/ \
+                FuzzAutoClaimSkip:./address-controller/internal/controller/ FuzzLinkedClaim:./metallb-iad/internal/driver/plan/ \
                 FuzzServicePinsPolicy:./tools/policycel/ FuzzParkingPolicies:./tools/policycel/ \
-                FuzzPlanProvision:./metallb-iad/internal/driver/ FuzzPlanAddress:./metallb-iad/internal/driver/ \
-                FuzzPlanAttach:./metallb-iad/internal/driver/ \
+                FuzzPlanProvision:./metallb-iad/internal/driver/plan/ FuzzPlanAddress:./metallb-iad/internal/driver/plan/ \
+                FuzzPlanAttach:./metallb-iad/internal/driver/plan/ \
                 FuzzDecideClaim:./address-controller/internal/controller/ FuzzDecideAddress:./address-controller/internal/controller/
 
 .PHONY: test-fuzz

@@ -103,7 +103,7 @@ func TestCRDCheckRejectsWhatTheCRDLacks(t *testing.T) {
 func TestDocumentedKeysAreDefinedByTheCode(t *testing.T) {
 	root := filepath.Join("..", "..")
 	known := map[string]bool{"local.sdn.cozystack.io/v1alpha1": true}
-	for _, f := range []string{"address-controller/api/v1alpha1/wellknown.go", "metallb-iad/internal/driver/names.go"} {
+	for _, f := range []string{"address-controller/api/v1alpha1/wellknown.go", "metallb-iad/internal/driver/plan/names.go"} {
 		for _, v := range stringConstants(t, filepath.Join(root, f)) {
 			known[v] = true
 		}

@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"os"
 	"time"
 
@@ -30,8 +31,8 @@ func main() {
 		metallbNS = flag.String("metallb-namespace", "metallb-system", "namespace of MetalLB's IPAddressPools (cozy-metallb on Cozystack)")
 		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
 		parking   = flag.Bool("parking", true, "park a LoadBalancer Service that names a claim, or that auto-claim will serve from a class of this driver, until its claim's addresses are pinned (the chart's admissionPolicy.parking); false also takes the parking annotation off Services parked before")
-		notServed = flag.Duration("not-served-after", driver.DefaultNotServedAfter, "how long a Service the driver pinned to its claim's address may wait for MetalLB before the driver reports it (Held=False NotServed on the address, a Warning on the Service); 0 turns the report off")
-		relAfter  = flag.Duration("release-after", driver.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
+		notServed = flag.Duration("not-served-after", plan.DefaultNotServedAfter, "how long a Service the driver pinned to its claim's address may wait for MetalLB before the driver reports it (Held=False NotServed on the address, a Warning on the Service); 0 turns the report off")
+		relAfter  = flag.Duration("release-after", plan.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
 	)
 	flag.Parse()
 	if opts.PrintVersion {

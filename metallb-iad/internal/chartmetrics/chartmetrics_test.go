@@ -4,6 +4,7 @@ package chartmetrics
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -35,7 +36,7 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 			t.Fatalf("the driver does not register %s: %v", want, known.Names())
 		}
 	}
-	known.Values("metallb_iad_placeholders", "role", driver.RoleProvisioning, driver.RoleHold)
+	known.Values("metallb_iad_placeholders", "role", plan.RoleProvisioning, plan.RoleHold)
 	known.Values("metallb_iad_pool_addresses", "state", collectedStates(t)...)
 	std, err := promcheck.ControllerRuntime(context.Background())
 	if err != nil {
@@ -69,7 +70,7 @@ func collectedStates(t *testing.T) []string {
 	}
 	class := &ipamv1.IPAddressClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "public"},
-		Spec:       ipamv1.IPAddressClassSpec{Provisioner: driver.Provisioner, Parameters: map[string]string{driver.ClassParameterPool: "public"}},
+		Spec:       ipamv1.IPAddressClassSpec{Provisioner: plan.Provisioner, Parameters: map[string]string{plan.ClassParameterPool: "public"}},
 	}
 	class.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}
 	// newDriverMetrics names every namespace parameter cozy-metallb-iad, MetalLB's too.

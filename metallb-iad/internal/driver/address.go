@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"slices"
 	"time"
@@ -16,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -83,12 +83,12 @@ func (d *Driver) sweepPeriodically(ctx context.Context) error {
 
 func (d *Driver) sweepOrphans(ctx context.Context) error {
 	var holds corev1.ServiceList
-	if err := d.client.List(ctx, &holds, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleHold}); err != nil {
+	if err := d.client.List(ctx, &holds, client.InNamespace(d.Namespace), client.MatchingLabels{plan.LabelRole: plan.RoleHold}); err != nil {
 		return err
 	}
 	byAddress := map[string][]*corev1.Service{}
 	for _, s := range d.live(holds.Items) {
-		byAddress[s.Labels[LabelAddress]] = append(byAddress[s.Labels[LabelAddress]], s)
+		byAddress[s.Labels[plan.LabelAddress]] = append(byAddress[s.Labels[plan.LabelAddress]], s)
 	}
 	for name, ss := range byAddress {
 		var a ipamv1.IPAddress
@@ -108,7 +108,7 @@ func (d *Driver) sweepOrphans(ctx context.Context) error {
 		case !apierrors.IsNotFound(err):
 			return err
 		}
-		if !orphaned(name, addr) {
+		if !plan.Orphaned(name, addr) {
 			continue
 		}
 		for _, s := range ss {
@@ -121,18 +121,18 @@ func (d *Driver) sweepOrphans(ctx context.Context) error {
 }
 
 // sweepPlaceholders brings the claim of every provisioning placeholder older than a sweep period
-// back to the claim reconciler, which keeps, settles or retires it (planProvision): a placeholder
+// back to the claim reconciler, which keeps, settles or retires it (PlanProvision): a placeholder
 // left over when its claim was bound, deleted or re-resolved and that event was missed would
 // otherwise keep an IP of the pool until the next event
 // (docs/design.md#nothing-waits-on-an-event-alone).
 func (d *Driver) sweepPlaceholders(ctx context.Context) error {
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleProvisioning}); err != nil {
+	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{plan.LabelRole: plan.RoleProvisioning}); err != nil {
 		return err
 	}
 	woken := map[string]bool{}
 	for _, s := range d.live(list.Items) {
-		key := s.Annotations[AnnotationClaim]
+		key := s.Annotations[plan.AnnotationClaim]
 		ns, name, ok := splitKey(key)
 		if !ok || woken[key] || d.now().Sub(s.CreationTimestamp.Time) < d.SweepEvery {
 			continue
@@ -148,21 +148,11 @@ func (d *Driver) sweepPlaceholders(ctx context.Context) error {
 	return nil
 }
 
-// orphaned decides whether the holds labelled with address (nil: no such IPAddress) are left
-// over: no address of that name, or one being deleted whose teardown is done (the core let go
-// and this driver's finalizer is gone).
-func orphaned(name string, a *ipamv1.IPAddress) bool {
-	if name == "" || a == nil {
-		return true
-	}
-	return driverkit.TeardownMayStart(a) && !controllerutil.ContainsFinalizer(a, Finalizer)
-}
-
 // ownClass passes only events of this driver's classes.
 func ownClass() predicate.Predicate {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
 		c, ok := o.(*ipamv1.IPAddressClass)
-		return ok && c.Spec.Provisioner == Provisioner
+		return ok && c.Spec.Provisioner == plan.Provisioner
 	})
 }
 
@@ -193,10 +183,10 @@ func (d *Driver) addressesOfPool(ctx context.Context, o client.Object) []reconci
 func (d *Driver) addressesOfService(ctx context.Context, o client.Object) []reconcile.Request {
 	svc := o.(*corev1.Service)
 	names := map[string]bool{}
-	if a := svc.Labels[LabelAddress]; a != "" && svc.Namespace == d.Namespace {
+	if a := svc.Labels[plan.LabelAddress]; a != "" && svc.Namespace == d.Namespace {
 		names[a] = true
 	}
-	for _, ips := range [][]netip.Addr{IngressIPs(svc), ExternalIPs(svc), PinIPs(svc)} {
+	for _, ips := range [][]netip.Addr{plan.IngressIPs(svc), plan.ExternalIPs(svc), plan.PinIPs(svc)} {
 		for _, ip := range ips {
 			names[ipamv1.AddressName(ip)] = true
 		}
@@ -214,13 +204,13 @@ func (d *Driver) addressesOfService(ctx context.Context, o client.Object) []reco
 	return reqs
 }
 
-// reconcileAddress: snapshot → planAddress → writes.
+// reconcileAddress: snapshot → PlanAddress → writes.
 func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var cached ipamv1.IPAddress
 	if err := d.client.Get(ctx, req.NamespacedName, &cached); err != nil {
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
-			d.memory.forget(req.Name)
+			d.memory.Forget(req.Name)
 			if d.eventSweepOff.Load() {
 				return reconcile.Result{}, nil
 			}
@@ -236,80 +226,80 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	if err != nil || v == nil {
 		return reconcile.Result{}, err
 	}
-	p := planAddress(*v)
+	p := plan.PlanAddress(*v)
 	if doubtful(v, p) {
 		// A new hold or a new Conflict rests on the cached Services, which may not show what
 		// the Service reconciler just wrote (a pin, a released ingress): confirm uncached.
 		if err := d.refreshServices(ctx, v); err != nil {
 			return reconcile.Result{}, err
 		}
-		p = planAddress(*v)
+		p = plan.PlanAddress(*v)
 	}
-	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAddressPlan(ctx, a, p)
+	return reconcile.Result{RequeueAfter: p.Requeue}, d.applyAddressPlan(ctx, a, p)
 }
 
-func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*addressView, error) {
+func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*plan.AddressView, error) {
 	ip, err := ipamv1.ParseCanonical(a.Spec.Address)
 	if err != nil {
 		return nil, nil // the CRD rejects these; nothing to hold
 	}
-	v := &addressView{addr: a, ip: ip, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter, metallbPassed: d.progress.passed(),
-		releaseFor: d.ReleaseFor, releaseAfter: d.ReleaseAfter, notServedAfter: d.NotServedAfter}
+	v := &plan.AddressView{Addr: a, IP: ip, Namespace: d.Namespace, Now: d.now(), NudgeAfter: d.NudgeAfter, MetallbPassed: d.progress.passed(),
+		ReleaseFor: d.ReleaseFor, ReleaseAfter: d.ReleaseAfter, NotServedAfter: d.NotServedAfter}
 	var class ipamv1.IPAddressClass
 	if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
-		v.class = &class
+		v.Class = &class
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	if v.class != nil && v.class.Spec.Provisioner == Provisioner {
-		if name := v.class.Spec.Parameters[ClassParameterPool]; name != "" {
+	if v.Class != nil && v.Class.Spec.Provisioner == plan.Provisioner {
+		if name := plan.ParseClassParams(v.Class).Pool; name != "" {
 			var pool metallb.IPAddressPool
 			if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: name}, &pool); err == nil {
-				v.pool = &pool
+				v.Pool = &pool
 			} else if !apierrors.IsNotFound(err) {
 				return nil, err
 			}
 		}
 	}
-	if v.holds, err = d.holdsOf(ctx, a.Name); err != nil {
+	if v.Holds, err = d.holdsOf(ctx, a.Name); err != nil {
 		return nil, err
 	}
 	var failures map[string]string
-	if v.failedAt, failures, err = d.allocationFailures(ctx, v.holds, v.now); err != nil {
+	if v.FailedAt, failures, err = d.allocationFailures(ctx, v.Holds, v.Now); err != nil {
 		return nil, err
 	}
-	if len(v.holds) > 0 {
+	if len(v.Holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
-		for _, h := range v.holds {
+		for _, h := range v.Holds {
 			d.expect.Observed(relabelledKey(string(h.UID)))
 		}
 	} else {
-		_, v.holdExpected = d.expect.Pending(holdKey(a.Name), v.now)
+		_, v.HoldExpected = d.expect.Pending(holdKey(a.Name), v.Now)
 	}
 	if at := a.Status.AttachedTo; at != nil {
 		var svc corev1.Service
 		err := d.client.Get(ctx, types.NamespacedName{Namespace: at.Namespace, Name: at.Name}, &svc)
 		switch {
 		case apierrors.IsNotFound(err):
-			v.attachedGone = true
+			v.AttachedGone = true
 		case err != nil:
 			return nil, err
 		case at.UID != "" && svc.UID != at.UID:
-			v.attachedGone = true
+			v.AttachedGone = true
 		default:
-			v.attached = &svc
+			v.Attached = &svc
 		}
 	}
-	v.unserved = d.memory.unservedOf(a.Name)
-	if v.holders, err = d.holdersOf(ctx, a, ip); err != nil {
+	v.Unserved = d.memory.UnservedOf(a.Name)
+	if v.Holders, err = d.holdersOf(ctx, a, ip); err != nil {
 		return nil, err
 	}
-	for _, h := range v.holders {
-		if c := d.memory.clearedOf(a.Name, h.svc.UID, v.now); len(c) > 0 {
-			if v.cleared == nil {
-				v.cleared = map[types.UID][]time.Time{}
+	for _, h := range v.Holders {
+		if c := d.memory.ClearedOf(a.Name, h.Svc.UID, v.Now); len(c) > 0 {
+			if v.Cleared == nil {
+				v.Cleared = map[types.UID][]time.Time{}
 			}
-			v.cleared[h.svc.UID] = c
+			v.Cleared[h.Svc.UID] = c
 		}
 	}
 	if err := d.keptBy(ctx, v); err != nil {
@@ -348,63 +338,63 @@ func (d *Driver) wroteAddress(a *ipamv1.IPAddress) {
 
 // doubtful: the plan creates a hold, clears a stale ingress, or raises a Conflict (or names
 // other wrongful Services).
-func doubtful(v *addressView, p addressPlan) bool {
-	if p.createHold != nil || len(p.clearIngress) > 0 {
+func doubtful(v *plan.AddressView, p plan.AddressPlan) bool {
+	if p.CreateHold != nil || len(p.ClearIngress) > 0 {
 		return true
 	}
-	if p.status == nil {
+	if p.Status == nil {
 		return false
 	}
-	c := meta.FindStatusCondition(p.status.Conditions, ipamv1.ConditionConflict)
+	c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionConflict)
 	if c == nil || c.Status != metav1.ConditionTrue {
 		return false
 	}
-	o := meta.FindStatusCondition(v.addr.Status.Conditions, ipamv1.ConditionConflict)
+	o := meta.FindStatusCondition(v.Addr.Status.Conditions, ipamv1.ConditionConflict)
 	return o == nil || o.Status != metav1.ConditionTrue || o.Message != c.Message
 }
 
 // refreshServices re-reads uncached the Services the address's view rests on: the attached
 // one and those that show the IP.
-func (d *Driver) refreshServices(ctx context.Context, v *addressView) error {
-	if v.attached != nil {
+func (d *Driver) refreshServices(ctx context.Context, v *plan.AddressView) error {
+	if v.Attached != nil {
 		var s corev1.Service
-		err := d.reader.Get(ctx, client.ObjectKeyFromObject(v.attached), &s)
+		err := d.reader.Get(ctx, client.ObjectKeyFromObject(v.Attached), &s)
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && s.UID != v.attached.UID):
-			v.attached, v.attachedGone = nil, true
+		case apierrors.IsNotFound(err) || (err == nil && s.UID != v.Attached.UID):
+			v.Attached, v.AttachedGone = nil, true
 		case err != nil:
 			return err
 		default:
-			v.attached = &s
+			v.Attached = &s
 		}
 	}
-	holders := v.holders[:0]
-	for _, h := range v.holders {
+	holders := v.Holders[:0]
+	for _, h := range v.Holders {
 		var s corev1.Service
-		if err := d.reader.Get(ctx, client.ObjectKeyFromObject(h.svc), &s); err != nil {
+		if err := d.reader.Get(ctx, client.ObjectKeyFromObject(h.Svc), &s); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
 			return err
 		}
-		h.svc = &s
-		h.inIngress = slices.Contains(IngressIPs(&s), v.ip)
-		h.inExternalIPs = slices.Contains(ExternalIPs(&s), v.ip)
-		if h.inIngress || h.inExternalIPs {
+		h.Svc = &s
+		h.InIngress = slices.Contains(plan.IngressIPs(&s), v.IP)
+		h.InExternalIPs = slices.Contains(plan.ExternalIPs(&s), v.IP)
+		if h.InIngress || h.InExternalIPs {
 			holders = append(holders, h)
 		}
 	}
-	v.holders = holders
+	v.Holders = holders
 	return nil
 }
 
 // allocationFailures looks up, in the cache, MetalLB's latest AllocationFailed report on each
-// placeholder that may be nudged (mayNudge): the Events MetalLB's controller records on it;
+// placeholder that may be nudged (MayNudge): the Events MetalLB's controller records on it;
 // when, and what it said (by uid).
 func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, map[string]string, error) {
 	out, said := map[types.UID]time.Time{}, map[string]string{}
 	for _, s := range placeholders {
-		if !mayNudge(s, now, d.NudgeAfter) {
+		if !plan.MayNudge(s, now, d.NudgeAfter) {
 			continue
 		}
 		t, msg, err := d.lastAllocationFailed(ctx, s)
@@ -430,11 +420,11 @@ func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.
 // asks nothing); both from the cache (CacheByObject); which of the Services they name exist, read
 // uncached (a Service the cache does not show yet is not called gone), and only for a name
 // MetalLB gave; and since when the driver has seen them gone.
-func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
+func (d *Driver) keptBy(ctx context.Context, v *plan.AddressView) error {
 	var messages []string
 	served := false
-	for _, h := range v.holds {
-		if slices.Contains(IngressIPs(h), v.ip) {
+	for _, h := range v.Holds {
+		if slices.Contains(plan.IngressIPs(h), v.IP) {
 			served = true // whatever MetalLB said before is over
 			break
 		}
@@ -444,8 +434,8 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 		}
 		messages = append(messages, msg)
 	}
-	if s := v.attached; !served && s != nil && attachedUnserved(v) && (keptSaid(v.addr) ||
-		(v.unserved.uid == s.UID && !v.unserved.since.IsZero() && v.now.Sub(v.unserved.since) >= keptCheckAfter)) {
+	if s := v.Attached; !served && s != nil && plan.AttachedUnserved(v) && (plan.KeptSaid(v.Addr) ||
+		(v.Unserved.UID == s.UID && !v.Unserved.Since.IsZero() && v.Now.Sub(v.Unserved.Since) >= keptCheckAfter)) {
 		_, msg, err := d.lastAllocationFailed(ctx, s)
 		if err != nil {
 			return err
@@ -456,7 +446,7 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 		messages = nil
 	}
 	var missing []string
-	for _, k := range keptCandidates(messages, d.Namespace, v.attached) {
+	for _, k := range plan.KeptCandidates(messages, d.Namespace, v.Attached) {
 		var s corev1.Service
 		err := d.reader.Get(ctx, k, &s)
 		switch {
@@ -466,8 +456,8 @@ func (d *Driver) keptBy(ctx context.Context, v *addressView) error {
 			return err
 		}
 	}
-	v.keptBy, v.keptRecheck = keptVerdict(d.memory.goneSince(v.addr.Name, missing, v.now), v.now, keptSaid(v.addr))
-	v.reported = slices.ContainsFunc(messages, func(m string) bool { return m != "" })
+	v.KeptBy, v.KeptRecheck = plan.KeptVerdict(d.memory.GoneSince(v.Addr.Name, missing, v.Now), v.Now, plan.KeptSaid(v.Addr))
+	v.Reported = slices.ContainsFunc(messages, func(m string) bool { return m != "" })
 	return nil
 }
 
@@ -549,8 +539,8 @@ func (d *Driver) live(items []corev1.Service) []*corev1.Service {
 
 // holdersOf lists the Services that show ip in their ingress or external IPs, and whether each
 // links to the address's claim.
-func (d *Driver) holdersOf(ctx context.Context, a *ipamv1.IPAddress, ip netip.Addr) ([]holder, error) {
-	byUID := map[types.UID]*holder{}
+func (d *Driver) holdersOf(ctx context.Context, a *ipamv1.IPAddress, ip netip.Addr) ([]plan.Holder, error) {
+	byUID := map[types.UID]*plan.Holder{}
 	var order []types.UID
 	for _, field := range []string{indexIngressIP, indexExternalIP} {
 		var list corev1.ServiceList
@@ -561,48 +551,48 @@ func (d *Driver) holdersOf(ctx context.Context, a *ipamv1.IPAddress, ip netip.Ad
 			s := &list.Items[i]
 			h := byUID[s.UID]
 			if h == nil {
-				h = &holder{svc: s}
+				h = &plan.Holder{Svc: s}
 				byUID[s.UID] = h
 				order = append(order, s.UID)
 			}
 			if field == indexIngressIP {
-				h.inIngress = true
+				h.InIngress = true
 			} else {
-				h.inExternalIPs = true
+				h.InExternalIPs = true
 			}
 		}
 	}
-	out := make([]holder, 0, len(order))
+	out := make([]plan.Holder, 0, len(order))
 	for _, uid := range order {
 		h := byUID[uid]
-		if ref := a.Spec.ClaimRef; ref != nil && h.svc.Namespace == ref.Namespace {
-			claim, _, err := d.linkedClaim(ctx, h.svc)
+		if ref := a.Spec.ClaimRef; ref != nil && h.Svc.Namespace == ref.Namespace {
+			claim, _, err := d.linkedClaim(ctx, h.Svc)
 			if err != nil {
 				return nil, err
 			}
-			h.linksToClaim = claim != nil && claim.Name == ref.Name && (ref.UID == "" || claim.UID == ref.UID)
+			h.LinksToClaim = claim != nil && claim.Name == ref.Name && (ref.UID == "" || claim.UID == ref.UID)
 		}
 		out = append(out, *h)
 	}
 	return out, nil
 }
 
-func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p addressPlan) error {
+func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p plan.AddressPlan) error {
 	orig := a.DeepCopy()
-	if p.addFinalizer {
-		if _, err := driverkit.EnsureFinalizer(ctx, d.client, a, Finalizer); err != nil {
+	if p.AddFinalizer {
+		if _, err := driverkit.EnsureFinalizer(ctx, d.client, a, plan.Finalizer); err != nil {
 			return err
 		}
 		d.wroteAddress(a)
 		orig = a.DeepCopy()
 	}
-	for _, s := range p.deleteHolds {
+	for _, s := range p.DeleteHolds {
 		if err := d.deleteService(ctx, s); err != nil {
 			return err
 		}
 	}
-	if p.removeFinalizer {
-		if _, err := driverkit.RemoveFinalizer(ctx, d.client, a, Finalizer); err != nil {
+	if p.RemoveFinalizer {
+		if _, err := driverkit.RemoveFinalizer(ctx, d.client, a, plan.Finalizer); err != nil {
 			return err
 		}
 		// A pass before the cache shows the removal (or the address gone) must not remove it
@@ -611,14 +601,14 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		d.announce.Forget(client.ObjectKeyFromObject(a))
 		return nil
 	}
-	if err := d.applyRelease(ctx, a.Name, p.release); err != nil {
+	if err := d.applyRelease(ctx, a.Name, p.Release); err != nil {
 		return err
 	}
-	for _, c := range p.clearIngress {
+	for _, c := range p.ClearIngress {
 		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).
 		// A conflict or a Service gone means a newer view decides (the Service's event brings
 		// this address back).
-		s := c.svc
+		s := c.Svc
 		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		s.Status.LoadBalancer.Ingress = nil
 		if err := d.client.Status().Patch(ctx, s, patch); apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -627,24 +617,24 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 			return err
 		}
 		d.wroteService(s)
-		d.memory.noteCleared(a.Name, s.UID, d.now())
-		d.emit(ctx, []event{c.said})
+		d.memory.NoteCleared(a.Name, s.UID, d.now())
+		d.emit(ctx, []plan.Event{c.Said})
 	}
-	if p.createHold != nil {
-		err := d.client.Create(ctx, p.createHold)
+	if p.CreateHold != nil {
+		err := d.client.Create(ctx, p.CreateHold)
 		if apierrors.IsAlreadyExists(err) {
 			// Made by an earlier pass the cache does not show yet; or a release Service under
 			// the name (being deleted): never taken for the hold, which is made on a later pass.
 			var s corev1.Service
-			if gerr := d.reader.Get(ctx, client.ObjectKeyFromObject(p.createHold), &s); gerr == nil && s.Labels[LabelRole] != RoleHold {
+			if gerr := d.reader.Get(ctx, client.ObjectKeyFromObject(p.CreateHold), &s); gerr == nil && s.Labels[plan.LabelRole] != plan.RoleHold {
 				return nil
 			}
 		} else if err != nil {
 			return err
 		}
-		d.expect.Expect(holdKey(a.Name), p.createHold.Name, d.now())
+		d.expect.Expect(holdKey(a.Name), p.CreateHold.Name, d.now())
 	}
-	if s := p.pinHold; s != nil {
+	if s := p.PinHold; s != nil {
 		patch := client.MergeFrom(s.DeepCopy())
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
@@ -655,20 +645,20 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 			return err
 		}
 	}
-	if s := p.nudge; s != nil {
+	if s := p.Nudge; s != nil {
 		if err := d.nudgeService(ctx, s); err != nil {
 			return err
 		}
 	}
-	if p.status != nil {
-		// The driver alone writes attachedTo and these conditions
+	if p.Status != nil {
+		// The driver alone writes AttachedTo and these conditions
 		// (docs/design.md#who-writes-which-field), and its view of them is fresh (freshAddress): a
 		// merge patch of the conditions needs no resourceVersion lock, so the core's phase writes
-		// never make it fail. A patch that changes attachedTo keeps the lock: the Service
+		// never make it fail. A patch that changes AttachedTo keeps the lock: the Service
 		// reconciler writes it too (a re-created Service of the same name attaching while this pass
 		// decided the old one was gone), and one of the two must see the other's write and decide
 		// again.
-		a.Status = *p.status
+		a.Status = *p.Status
 		patch := client.MergeFrom(orig)
 		if !equality.Semantic.DeepEqual(orig.Status.AttachedTo, a.Status.AttachedTo) {
 			patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
@@ -678,21 +668,21 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p ad
 		}
 		d.wroteAddress(a)
 	}
-	if p.unserved != nil {
+	if p.Unserved != nil {
 		// After the status write: a report the write failed to record is planned again.
-		d.memory.setUnserved(a.Name, *p.unserved)
+		d.memory.SetUnserved(a.Name, *p.Unserved)
 	}
-	d.unsay(p.unsay)
-	d.emit(ctx, p.events)
+	d.unsay(p.Unsay)
+	d.emit(ctx, p.Events)
 	return nil
 }
 
-func (d *Driver) unsay(us []unsay) {
+func (d *Driver) unsay(us []plan.Unsay) {
 	for _, u := range us {
-		if u.obj != nil {
-			d.announce.Clear(u.obj, u.topic)
+		if u.Obj != nil {
+			d.announce.Clear(u.Obj, u.Topic)
 		} else {
-			d.announce.ClearTopic(u.topic, u.keep...)
+			d.announce.ClearTopic(u.Topic, u.Keep...)
 		}
 	}
 }
@@ -714,8 +704,8 @@ func (d *Driver) deleteService(ctx context.Context, s *corev1.Service) error {
 // the address waiting for them knows under which name (plan_release.go).
 func (d *Driver) deleted(s *corev1.Service) {
 	d.expect.Expect(deletedKey(string(s.UID)), s.Name, d.now())
-	for _, ip := range IngressIPs(s) {
-		d.memory.holdDeleted(ipamv1.AddressName(ip), s.Name)
+	for _, ip := range plan.IngressIPs(s) {
+		d.memory.HoldDeleted(ipamv1.AddressName(ip), s.Name)
 	}
 }
 
@@ -744,7 +734,7 @@ func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service) error {
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
+	s.Annotations[plan.AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
 	if d.ownService(s) {
 		markOwn(s)
 	}

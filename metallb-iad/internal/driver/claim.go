@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"time"
@@ -41,17 +42,17 @@ func (d *Driver) setupClaims(mgr ctrl.Manager) error {
 }
 
 func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconcile.Request {
-	if o.GetNamespace() != d.Namespace || o.GetLabels()[LabelRole] != RoleProvisioning {
+	if o.GetNamespace() != d.Namespace || o.GetLabels()[plan.LabelRole] != plan.RoleProvisioning {
 		return nil
 	}
-	ns, name, ok := splitKey(o.GetAnnotations()[AnnotationClaim])
+	ns, name, ok := splitKey(o.GetAnnotations()[plan.AnnotationClaim])
 	if !ok {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 }
 
-// reconcileClaim: snapshot → planProvision → writes.
+// reconcileClaim: snapshot → PlanProvision → writes.
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if drop := d.dropClaim.Load(); drop != nil && *drop == req.String() {
 		return reconcile.Result{}, nil
@@ -60,18 +61,18 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p := planProvision(v)
+	p := plan.PlanProvision(v)
 	// A placeholder whose delete was refused (it changed since the cache showed it) is decided
 	// again once the cache shows the change: soon for a new one, backing off for one that stays
 	// refused (never every second for good).
 	refusedSince, err := d.applyProvisionPlan(ctx, v, p)
 	if !refusedSince.IsZero() {
-		p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(refusedSince, v.now, time.Second))
+		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(refusedSince, v.Now, time.Second))
 	}
 	if errors.Is(err, errAddressExists) {
 		return reconcile.Result{RequeueAfter: addressExistsRetry}, nil
 	}
-	return reconcile.Result{RequeueAfter: p.requeue}, err
+	return reconcile.Result{RequeueAfter: p.Requeue}, err
 }
 
 // errAddressExists: a settle's IPAddress create was refused, the address exists though the
@@ -80,49 +81,49 @@ var errAddressExists = errors.New("the IPAddress exists already")
 
 const addressExistsRetry = 100 * time.Millisecond
 
-func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (provisionView, error) {
-	v := provisionView{
-		claimKey: key.Namespace + "/" + key.Name, namespace: d.Namespace, now: d.now(), nudgeAfter: d.NudgeAfter, metallbPassed: d.progress.passed(),
-		have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
+func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (plan.ProvisionView, error) {
+	v := plan.ProvisionView{
+		ClaimKey: key.Namespace + "/" + key.Name, Namespace: d.Namespace, Now: d.now(), NudgeAfter: d.NudgeAfter, MetallbPassed: d.progress.passed(),
+		Have: map[ipamv1.IPFamily]bool{}, PlaceholderExpected: map[ipamv1.IPFamily]bool{},
+		Addresses: map[string]*ipamv1.IPAddress{}, HoldOf: map[string]string{}, NextName: map[ipamv1.IPFamily]string{},
 	}
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, key, &claim); err == nil {
-		v.claim = &claim
+		v.Claim = &claim
 	} else if !apierrors.IsNotFound(err) {
 		return v, err
 	}
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.MatchingFields{indexProvisioningForKey: v.claimKey}); err != nil {
+	if err := d.client.List(ctx, &list, client.MatchingFields{indexProvisioningForKey: v.ClaimKey}); err != nil {
 		return v, err
 	}
-	v.placeholders = d.notRelabelled(d.live(list.Items), v.now)
-	if v.claim != nil {
+	v.Placeholders = d.notRelabelled(d.live(list.Items), v.Now)
+	if v.Claim != nil {
 		// The class as the core recorded it (spec, status, or its stamp: the core may not have
 		// written the claim's status yet, it leaves a claim that only waits for its driver quiet).
-		class, err := driverkit.ClassOfClaim(ctx, d.client, v.claim)
+		class, err := driverkit.ClassOfClaim(ctx, d.client, v.Claim)
 		if err != nil {
 			return v, err
 		}
-		v.class = class
+		v.Class = class
 		var bound ipamv1.IPAddressList
-		if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: v.claimKey}); err != nil {
+		if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: v.ClaimKey}); err != nil {
 			return v, err
 		}
-		v.have = driverkit.FamiliesPresent(v.claim, bound.Items)
+		v.Have = driverkit.FamiliesPresent(v.Claim, bound.Items)
 		if err := d.confirmExpected(ctx, &v); err != nil {
 			return v, err
 		}
 	}
 	var err error
-	if v.failedAt, _, err = d.allocationFailures(ctx, v.placeholders, v.now); err != nil {
+	if v.FailedAt, _, err = d.allocationFailures(ctx, v.Placeholders, v.Now); err != nil {
 		return v, err
 	}
 	// What each served placeholder's IP already is.
-	kept := keptPlaceholders(v)
-	for _, s := range v.placeholders {
-		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
-		ip, ok := servedIP(s, fam)
+	kept := plan.KeptPlaceholders(v)
+	for _, s := range v.Placeholders {
+		fam := ipamv1.IPFamily(s.Labels[plan.LabelFamily])
+		ip, ok := plan.ServedIP(s, fam)
 		if !ok {
 			continue
 		}
@@ -142,17 +143,17 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 // confirmExpected completes the cache's view with this driver's own recent writes: an address or
 // placeholder it created for the claim that the cache does not show yet is read from the apiserver,
 // so that no pass creates a second one (docs/design.md#a-view-that-includes-your-own-writes).
-func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
-	uid := string(v.claim.UID)
-	for _, fam := range v.claim.Spec.Family.Families() {
-		expectedAddress, _ := d.expect.Pending(addressKey(uid, string(fam)), v.now)
-		if v.have[fam] {
+func (d *Driver) confirmExpected(ctx context.Context, v *plan.ProvisionView) error {
+	uid := string(v.Claim.UID)
+	for _, fam := range v.Claim.Spec.Family.Families() {
+		expectedAddress, _ := d.expect.Pending(addressKey(uid, string(fam)), v.Now)
+		if v.Have[fam] {
 			d.expect.Observed(addressKey(uid, string(fam)))
-		} else if name, ok := d.expect.Pending(addressKey(uid, string(fam)), v.now); ok {
+		} else if name, ok := d.expect.Pending(addressKey(uid, string(fam)), v.Now); ok {
 			var a ipamv1.IPAddress
 			switch err := d.reader.Get(ctx, types.NamespacedName{Name: name}, &a); {
-			case err == nil && driverkit.BoundTo(&a, v.claim) && a.DeletionTimestamp == nil:
-				v.have[fam] = true
+			case err == nil && driverkit.BoundTo(&a, v.Claim) && a.DeletionTimestamp == nil:
+				v.Have[fam] = true
 				continue
 			case err == nil || apierrors.IsNotFound(err):
 				d.expect.Observed(addressKey(uid, string(fam)))
@@ -161,33 +162,33 @@ func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
 			}
 		}
 		seen := false
-		for _, s := range v.placeholders {
-			if s.Labels[LabelClaimUID] == uid && s.Labels[LabelFamily] == string(fam) {
+		for _, s := range v.Placeholders {
+			if s.Labels[plan.LabelClaimUID] == uid && s.Labels[plan.LabelFamily] == string(fam) {
 				seen = true
 			}
 		}
 		if seen {
 			d.expect.Observed(placeholderKey(uid, string(fam)))
-		} else if name, ok := d.expect.Pending(placeholderKey(uid, string(fam)), v.now); ok {
+		} else if name, ok := d.expect.Pending(placeholderKey(uid, string(fam)), v.Now); ok {
 			var s corev1.Service
 			switch err := d.reader.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: name}, &s); {
-			case err == nil && s.Labels[LabelRole] == RoleProvisioning && s.DeletionTimestamp == nil:
-				v.placeholders = append(v.placeholders, &s)
-			case err == nil && s.Labels[LabelRole] == RoleHold && s.Labels[LabelAddress] == expectedAddress:
+			case err == nil && s.Labels[plan.LabelRole] == plan.RoleProvisioning && s.DeletionTimestamp == nil:
+				v.Placeholders = append(v.Placeholders, &s)
+			case err == nil && s.Labels[plan.LabelRole] == plan.RoleHold && s.Labels[plan.LabelAddress] == expectedAddress:
 				// Settled already: its address (this claim's) is on the way into the cache.
-				v.placeholderExpected[fam] = true
+				v.PlaceholderExpected[fam] = true
 			case err == nil || apierrors.IsNotFound(err):
 				d.expect.Observed(placeholderKey(uid, string(fam)))
 			default:
 				return err
 			}
 		}
-		if !v.have[fam] {
+		if !v.Have[fam] {
 			name, err := d.freePlaceholderName(ctx, uid, fam)
 			if err != nil {
 				return err
 			}
-			v.nextName[fam] = name
+			v.NextName[fam] = name
 		}
 	}
 	return nil
@@ -197,7 +198,7 @@ func (d *Driver) confirmExpected(ctx context.Context, v *provisionView) error {
 // Service in the cache has (a taken one holds another claim's address since a handover).
 func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1.IPFamily) (string, error) {
 	for n := 0; n < 100; n++ {
-		name := ProvisioningName(uid, fam, n)
+		name := plan.ProvisioningName(uid, fam, n)
 		var s corev1.Service
 		err := d.client.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: name}, &s)
 		if apierrors.IsNotFound(err) {
@@ -209,7 +210,7 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 		if _, relabelled := d.expect.Pending(relabelledKey(string(s.UID)), d.now()); relabelled {
 			continue // a hold since this driver's relabel, whatever the cache still shows
 		}
-		if s.Labels[LabelRole] == RoleProvisioning && s.Labels[LabelClaimUID] == uid {
+		if s.Labels[plan.LabelRole] == plan.RoleProvisioning && s.Labels[plan.LabelClaimUID] == uid {
 			return name, nil // ours, still provisioning: a create finds it exists
 		}
 	}
@@ -220,11 +221,11 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 // may have been created a moment ago (by this driver or an admin): confirm asks the apiserver
 // then, and so does a pass after a create of it was refused (mayExist), or while this
 // driver's own create of it awaits the cache (its hold expected).
-func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.Addr, confirm bool) error {
+func (d *Driver) lookUpAddress(ctx context.Context, v *plan.ProvisionView, ip netip.Addr, confirm bool) error {
 	name := ipamv1.AddressName(ip)
 	var a ipamv1.IPAddress
 	err := d.client.Get(ctx, types.NamespacedName{Name: name}, &a)
-	if apierrors.IsNotFound(err) && (confirm || d.mayExist(name, v.now)) {
+	if apierrors.IsNotFound(err) && (confirm || d.mayExist(name, v.Now)) {
 		err = d.reader.Get(ctx, types.NamespacedName{Name: name}, &a)
 	}
 	switch {
@@ -243,15 +244,15 @@ func (d *Driver) lookUpAddress(ctx context.Context, v *provisionView, ip netip.A
 	case err != nil:
 		return err
 	}
-	v.addresses[name] = fresh
+	v.Addresses[name] = fresh
 	holds, err := d.holdsOf(ctx, name)
 	if err != nil {
 		return err
 	}
 	if len(holds) > 0 {
-		v.holdOf[name] = holds[0].Name
-	} else if expected, ok := d.expect.Pending(holdKey(name), v.now); ok {
-		v.holdOf[name] = expected
+		v.HoldOf[name] = holds[0].Name
+	} else if expected, ok := d.expect.Pending(holdKey(name), v.Now); ok {
+		v.HoldOf[name] = expected
 	}
 	return nil
 }
@@ -269,13 +270,13 @@ func (d *Driver) mayExist(name string, now time.Time) bool {
 // applyProvisionPlan makes the plan's writes. A delete refused because the placeholder changed
 // since the view was read does not stop the rest of the plan (it touches only the placeholders
 // kept or new); refusedSince is then the creation of the oldest placeholder refused.
-func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p provisionPlan) (refusedSince time.Time, err error) {
-	for _, h := range p.toHold {
+func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p plan.ProvisionPlan) (refusedSince time.Time, err error) {
+	for _, h := range p.ToHold {
 		if err := d.makeHold(ctx, h); err != nil {
 			return refusedSince, err
 		}
 	}
-	for _, s := range p.delete {
+	for _, s := range p.Delete {
 		// Decided from the cache: deleted only as it was seen. A placeholder changed since (made
 		// a hold by this driver's earlier pass, served by MetalLB) is looked at again.
 		switch err := d.deleteServiceAsSeen(ctx, s); {
@@ -287,46 +288,46 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 			return refusedSince, err
 		}
 	}
-	for _, s := range p.create {
+	for _, s := range p.Create {
 		err := d.client.Create(ctx, s)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return refusedSince, err
 		}
-		d.expect.Expect(placeholderKey(s.Labels[LabelClaimUID], s.Labels[LabelFamily]), s.Name, d.now())
+		d.expect.Expect(placeholderKey(s.Labels[plan.LabelClaimUID], s.Labels[plan.LabelFamily]), s.Name, d.now())
 	}
-	for _, st := range p.settle {
+	for _, st := range p.Settle {
 		// The IPAddress's name is the lock on the IP: an AlreadyExists means someone else's
 		// address (or an earlier pass's), which the next pass sorts out from a fresh read.
 		// The placeholder becomes the address's hold right after: say so before the address
 		// exists, so the address's first pass does not make a hold of its own.
-		d.expect.Expect(holdKey(st.address.Name), st.svc.Name, d.now())
-		err := d.client.Create(ctx, st.address)
+		d.expect.Expect(holdKey(st.Address.Name), st.Svc.Name, d.now())
+		err := d.client.Create(ctx, st.Address)
 		if err != nil {
-			d.expect.Observed(holdKey(st.address.Name))
+			d.expect.Observed(holdKey(st.Address.Name))
 		}
 		if apierrors.IsAlreadyExists(err) {
 			// Not in the cache yet (an admin's, a previous leader's): the next pass reads it
 			// from the apiserver and decides again. A lagging cache, not an error.
-			d.expect.Expect(existsKey(st.address.Name), st.address.Name, d.now())
+			d.expect.Expect(existsKey(st.Address.Name), st.Address.Name, d.now())
 			return refusedSince, errAddressExists
 		}
 		if err != nil {
 			return refusedSince, err
 		}
-		fam := st.svc.Labels[LabelFamily]
-		d.expect.Expect(addressKey(st.svc.Labels[LabelClaimUID], fam), st.address.Name, d.now())
-		if v.claim != nil && d.Metrics != nil {
-			d.Metrics.served.Observe(d.now().Sub(v.claim.CreationTimestamp.Time).Seconds())
+		fam := st.Svc.Labels[plan.LabelFamily]
+		d.expect.Expect(addressKey(st.Svc.Labels[plan.LabelClaimUID], fam), st.Address.Name, d.now())
+		if v.Claim != nil && d.Metrics != nil {
+			d.Metrics.served.Observe(d.now().Sub(v.Claim.CreationTimestamp.Time).Seconds())
 		}
-		ip, _ := netip.ParseAddr(st.address.Spec.Address)
-		if err := d.makeHold(ctx, handover{svc: st.svc, address: st.address.Name, ip: ip}); err != nil {
+		ip, _ := netip.ParseAddr(st.Address.Spec.Address)
+		if err := d.makeHold(ctx, plan.Handover{Svc: st.Svc, Address: st.Address.Name, IP: ip}); err != nil {
 			// Not the hold yet: the next pass hands the placeholder over (it must not take the
 			// expectation for a hold made).
-			d.expect.Observed(holdKey(st.address.Name))
+			d.expect.Observed(holdKey(st.Address.Name))
 			return refusedSince, err
 		}
 	}
-	for _, s := range p.nudge {
+	for _, s := range p.Nudge {
 		if err := d.nudgeService(ctx, s); err != nil {
 			return refusedSince, err
 		}
@@ -335,30 +336,30 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v provisionView, p prov
 }
 
 // makeHold pins a placeholder to its IP and makes it the address's hold, in one patch.
-func (d *Driver) makeHold(ctx context.Context, h handover) error {
-	s := h.svc
+func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
+	s := h.Svc
 	patch := client.MergeFrom(s.DeepCopy())
-	s.Labels[LabelRole] = RoleHold
-	s.Labels[LabelAddress] = h.address
+	s.Labels[plan.LabelRole] = plan.RoleHold
+	s.Labels[plan.LabelAddress] = h.Address
 	markOwn(s)
-	delete(s.Labels, LabelClaimUID)
-	delete(s.Labels, LabelFamily)
+	delete(s.Labels, plan.LabelClaimUID)
+	delete(s.Labels, plan.LabelFamily)
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[metallb.AnnotationLoadBalancerIPs] = h.ip.String()
-	delete(s.Annotations, AnnotationNudge)
+	s.Annotations[metallb.AnnotationLoadBalancerIPs] = h.IP.String()
+	delete(s.Annotations, plan.AnnotationNudge)
 	if err := d.client.Patch(ctx, s, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone: no hold is coming from it (the address pass makes one).
-			if name, ok := d.expect.Pending(holdKey(h.address), d.now()); ok && name == s.Name {
-				d.expect.Observed(holdKey(h.address))
+			if name, ok := d.expect.Pending(holdKey(h.Address), d.now()); ok && name == s.Name {
+				d.expect.Observed(holdKey(h.Address))
 			}
 			return nil
 		}
 		return err
 	}
-	d.expect.Expect(holdKey(h.address), s.Name, d.now())
+	d.expect.Expect(holdKey(h.Address), s.Name, d.now())
 	d.expect.Expect(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
 	return nil
 }

@@ -2,8 +2,7 @@ package driver
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,52 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
-
-// Reasons of a refused class.
-const (
-	ReasonAccepted           = driverkit.ReasonAccepted
-	ReasonClassDeleting      = driverkit.ReasonClassDeleting
-	ReasonPoolNotSet         = "PoolNotSet"
-	ReasonPoolNotFound       = "PoolNotFound"
-	ReasonPoolAutoAssigns    = "PoolAutoAssigns"
-	ReasonPoolClaimedByClass = "PoolClaimedByOtherClass"
-)
-
-// classVerdict decides whether the driver accepts a class: its pool must exist in the MetalLB
-// namespace, set autoAssign: false (MetalLB would otherwise hand its addresses to any Service),
-// and not be named by an older class of this driver (the oldest keeps it; ties: lowest name).
-func classVerdict(class *ipamv1.IPAddressClass, pool *metallb.IPAddressPool, rivals []ipamv1.IPAddressClass, namespace string) (reason, message string) {
-	name := class.Spec.Parameters[ClassParameterPool]
-	switch {
-	case class.DeletionTimestamp != nil:
-		return ReasonClassDeleting, "the class is being deleted: it gets no new addresses; existing ones stay held until deleted"
-	case name == "":
-		return ReasonPoolNotSet, "parameters.pool must name a MetalLB IPAddressPool in " + namespace
-	case pool == nil:
-		return ReasonPoolNotFound, fmt.Sprintf("IPAddressPool %s/%s does not exist; create it with autoAssign: false", namespace, name)
-	case pool.Spec.AutoAssign == nil || *pool.Spec.AutoAssign:
-		return ReasonPoolAutoAssigns, fmt.Sprintf("IPAddressPool %s/%s hands its addresses to any Service; set autoAssign: false", namespace, name)
-	}
-	for _, r := range rivals {
-		if r.Name == class.Name || r.DeletionTimestamp != nil || r.Spec.Parameters[ClassParameterPool] != name {
-			continue
-		}
-		if olderClass(&r, class) {
-			return ReasonPoolClaimedByClass, fmt.Sprintf("IPAddressPool %s/%s is already used by class %s; give each class a pool of its own", namespace, name, r.Name)
-		}
-	}
-	return ReasonAccepted, fmt.Sprintf("addresses come from IPAddressPool %s/%s", namespace, name)
-}
-
-func olderClass(a, b *ipamv1.IPAddressClass) bool {
-	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-		return c < 0
-	}
-	return strings.Compare(a.Name, b.Name) < 0
-}
 
 func (d *Driver) setupClasses(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -76,7 +31,7 @@ func (d *Driver) setupClasses(mgr ctrl.Manager) error {
 			return d.classesNaming(ctx, o.GetName())
 		})).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return d.classesNaming(ctx, o.(*ipamv1.IPAddressClass).Spec.Parameters[ClassParameterPool])
+			return d.classesNaming(ctx, plan.ParseClassParams(o.(*ipamv1.IPAddressClass)).Pool)
 		})).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileClass))
@@ -99,10 +54,10 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if class.Spec.Provisioner != Provisioner {
+	if class.Spec.Provisioner != plan.Provisioner {
 		return reconcile.Result{}, nil
 	}
-	poolName := class.Spec.Parameters[ClassParameterPool]
+	poolName := plan.ParseClassParams(&class).Pool
 	var pool *metallb.IPAddressPool
 	if poolName != "" {
 		pool = &metallb.IPAddressPool{}
@@ -119,9 +74,9 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 			return reconcile.Result{}, err
 		}
 	}
-	reason, message := classVerdict(&class, pool, rivals.Items, d.MetalLBNamespace)
+	reason, message := plan.ClassVerdict(&class, pool, rivals.Items, d.MetalLBNamespace)
 	status := metav1.ConditionTrue
-	if reason != ReasonAccepted {
+	if reason != plan.ReasonAccepted {
 		status = metav1.ConditionFalse
 	}
 	orig := class.DeepCopy()
@@ -135,7 +90,7 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	if err := d.client.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {
 		return reconcile.Result{}, err
 	}
-	if status == metav1.ConditionFalse && reason != ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
+	if status == metav1.ConditionFalse && reason != plan.ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
 		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
 	} else if status == metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue) {
 		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -65,7 +66,7 @@ func TestDeletingAProtectedAddressKeepsItsIP(t *testing.T) {
 	}
 	consistently(t, 3*time.Second, "the hold to keep the IP while the core protects the address", func() (bool, error) {
 		var s corev1.Service
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &s); err != nil {
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &s); err != nil {
 			return false, err
 		}
 		a := getAddress(t, addr.Name)
@@ -74,7 +75,7 @@ func TestDeletingAProtectedAddressKeepsItsIP(t *testing.T) {
 	releaseByCore(t, addr.Name)
 	eventually(t, "teardown: the hold and the address gone", func() (bool, error) {
 		var s corev1.Service
-		errS := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &s)
+		errS := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &s)
 		var a ipamv1.IPAddress
 		errA := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &a)
 		return client.IgnoreNotFound(errS) == nil && errS != nil && client.IgnoreNotFound(errA) == nil && errA != nil, nil
@@ -86,7 +87,7 @@ func TestOrphanedHoldIsSwept(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
 	name := ipamv1.AddressName(netip.MustParseAddr("203.0.113.250"))
-	orphan := HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere")
+	orphan := plan.HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +123,11 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 			}
 			mu.Lock()
 			placeholders++
-			if s.Labels[ipamv1.LabelDriverService] != Provisioner {
+			if s.Labels[ipamv1.LabelDriverService] != plan.Provisioner {
 				unmarked++
 			}
-			if s.Labels[LabelRole] == RoleProvisioning {
-				created[s.Labels[LabelClaimUID]]++
+			if s.Labels[plan.LabelRole] == plan.RoleProvisioning {
+				created[s.Labels[plan.LabelClaimUID]]++
 			}
 			mu.Unlock()
 		}
@@ -149,7 +150,7 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 	var claims []*ipamv1.IPAddressClaim
 	for i := range n {
 		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
-			Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+			Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 			Spec: ipamv1.IPAddressClaimSpec{ClassName: "dup", Family: ipamv1.IPv4}}
 		if err := admin.Create(ctx, c); err != nil {
 			t.Fatal(err)
@@ -263,7 +264,7 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 	const n = 3
 	for i := range n {
 		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i),
-			Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+			Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 			Spec: ipamv1.IPAddressClaimSpec{ClassName: "stalehold", Family: ipamv1.IPv4}}
 		if err := admin.Create(ctx, c); err != nil {
 			t.Fatal(err)
@@ -293,12 +294,12 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 			}
 		}
 		var svcs corev1.ServiceList
-		if err := admin.List(ctx, &svcs, client.InNamespace(testDriverNS), client.MatchingLabels{LabelRole: RoleHold}); err != nil {
+		if err := admin.List(ctx, &svcs, client.InNamespace(testDriverNS), client.MatchingLabels{plan.LabelRole: plan.RoleHold}); err != nil {
 			return nil, err
 		}
 		for _, s := range svcs.Items {
-			if _, ok := out[s.Labels[LabelAddress]]; ok && s.DeletionTimestamp == nil {
-				out[s.Labels[LabelAddress]] = s.Name
+			if _, ok := out[s.Labels[plan.LabelAddress]]; ok && s.DeletionTimestamp == nil {
+				out[s.Labels[plan.LabelAddress]] = s.Name
 			}
 		}
 		return out, nil
@@ -340,7 +341,7 @@ func TestAFailedRelabelIsMadeAgainAtOnce(t *testing.T) {
 	ctx := context.Background()
 	ns := fakeMetalLBClass(t, "relabelfail", "203.0.113.56/29")
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "relabelfail", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, c); err != nil {
 		t.Fatal(err)
@@ -348,7 +349,7 @@ func TestAFailedRelabelIsMadeAgainAtOnce(t *testing.T) {
 	var failed atomic.Int32
 	f := func(req *http.Request) bool {
 		// The first patch of the claim's placeholder (the settle's relabel).
-		if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/services/"+ProvisioningName(string(c.UID), ipamv1.IPv4, 0)) {
+		if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/services/"+plan.ProvisioningName(string(c.UID), ipamv1.IPv4, 0)) {
 			return false
 		}
 		return failed.CompareAndSwap(0, 1)
@@ -365,11 +366,11 @@ func TestAFailedRelabelIsMadeAgainAtOnce(t *testing.T) {
 				continue
 			}
 			var svcs corev1.ServiceList
-			if err := admin.List(ctx, &svcs, client.InNamespace(testDriverNS), client.MatchingLabels{LabelRole: RoleHold, LabelAddress: a.Name}); err != nil {
+			if err := admin.List(ctx, &svcs, client.InNamespace(testDriverNS), client.MatchingLabels{plan.LabelRole: plan.RoleHold, plan.LabelAddress: a.Name}); err != nil {
 				return false, err
 			}
 			// The placeholder MetalLB served: the IP was never let go.
-			return len(svcs.Items) == 1 && svcs.Items[0].Name == ProvisioningName(string(c.UID), ipamv1.IPv4, 0), nil
+			return len(svcs.Items) == 1 && svcs.Items[0].Name == plan.ProvisioningName(string(c.UID), ipamv1.IPv4, 0), nil
 		}
 		return false, nil
 	})
@@ -408,7 +409,7 @@ func TestADetachIsMadeOnceWhenTheCacheLagsTheDriversOwnWrites(t *testing.T) {
 	if len(refused) > 0 {
 		t.Errorf("the apiserver refused driver writes: %v", refused)
 	}
-	if n := seriesCount(driverEvents(t, ns, string(s.UID), ReasonDetached)); n != 1 {
+	if n := seriesCount(driverEvents(t, ns, string(s.UID), plan.ReasonDetached)); n != 1 {
 		t.Errorf("%d Detach events on the Service, want 1", n)
 	}
 }
@@ -473,7 +474,7 @@ func TestRelinkAndDetachWithoutConflict(t *testing.T) {
 	}
 	consistently(t, 3*time.Second, "no Conflict after the detach", noConflict)
 	waitHeldByPlaceholder(t, b.Name, ipB)
-	for _, e := range driverEvents(t, ns, string(s.UID), ReasonServiceConflict) {
+	for _, e := range driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict) {
 		t.Fatalf("a false conflict was reported on the detached Service: %s", e.Note)
 	}
 }
@@ -506,7 +507,7 @@ func TestLostWhenThePoolNoLongerServesTheIP(t *testing.T) {
 	if err := admin.Update(ctx, &pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Lost=True OutsidePool", lost(ReasonOutsidePool))
+	eventually(t, "Lost=True OutsidePool", lost(plan.ReasonOutsidePool))
 	pool.Spec.Addresses = []string{"203.0.113.64/28"}
 	if err := admin.Update(ctx, &pool); err != nil {
 		t.Fatal(err)
@@ -515,8 +516,8 @@ func TestLostWhenThePoolNoLongerServesTheIP(t *testing.T) {
 	if err := admin.Delete(ctx, &pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Lost=True PoolNotFound", lost(ReasonPoolNotFound))
-	if len(driverEvents(t, "default", string(addr.UID), ReasonLost)) == 0 {
+	eventually(t, "Lost=True PoolNotFound", lost(plan.ReasonPoolNotFound))
+	if len(driverEvents(t, "default", string(addr.UID), plan.ReasonLost)) == 0 {
 		t.Fatal("no Lost warning on the address")
 	}
 }
@@ -540,10 +541,10 @@ func TestDeletingClassProvisionsNothing(t *testing.T) {
 	}
 	eventually(t, "Accepted=False ClassDeleting", func() (bool, error) {
 		c := acceptance(t, "going")
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonClassDeleting, nil
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == plan.ReasonClassDeleting, nil
 	})
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "going", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, claim); err != nil {
 		t.Fatal(err)
@@ -553,7 +554,7 @@ func TestDeletingClassProvisionsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	consistently(t, 2*time.Second, "no placeholder for a claim of a class being deleted", func() (bool, error) {
-		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}, &corev1.Service{})
+		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}, &corev1.Service{})
 		return client.IgnoreNotFound(err) == nil && err != nil, nil
 	})
 	class.Finalizers = nil
@@ -610,7 +611,7 @@ func TestRecreatedServiceTakesOver(t *testing.T) {
 		at := getAddress(t, addr.Name).Status.AttachedTo
 		return at != nil && at.UID == fresh.UID, nil
 	})
-	if evs := driverEvents(t, ns, string(fresh.UID), ReasonClaimInUse); len(evs) > 0 {
+	if evs := driverEvents(t, ns, string(fresh.UID), plan.ReasonClaimInUse); len(evs) > 0 {
 		t.Fatalf("a spurious ClaimInUse on the re-created Service: %s", evs[0].Note)
 	}
 }
@@ -671,7 +672,7 @@ func TestConflictsAnnouncedAndCleared(t *testing.T) {
 		return false, nil
 	})
 	for _, s := range []*corev1.Service{ext, thief} {
-		if len(driverEvents(t, ns, string(s.UID), ReasonServiceConflict)) == 0 {
+		if len(driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict)) == 0 {
 			t.Fatalf("no warning on %s", s.Name)
 		}
 	}
@@ -706,14 +707,14 @@ func TestAnAddressMissingFromTheCacheIsReadAfterItsCreateIsRefused(t *testing.T)
 	addr := availableAddress(t, ip, "lagged")
 	startFakeMetalLB(t, "lagged", netip.MustParsePrefix(ip+"/32"))
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "lagged", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the served placeholder to become the admin's address's hold", func() (bool, error) {
 		var list corev1.ServiceList
-		if err := admin.List(ctx, &list, client.InNamespace(testDriverNS), client.MatchingLabels{LabelRole: RoleHold, LabelAddress: addr.Name}); err != nil {
+		if err := admin.List(ctx, &list, client.InNamespace(testDriverNS), client.MatchingLabels{plan.LabelRole: plan.RoleHold, plan.LabelAddress: addr.Name}); err != nil {
 			return false, err
 		}
 		return len(list.Items) == 1, nil
@@ -751,7 +752,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 	// MetalLB serves a Service of the other pool in the driver's namespace...
 	startFakeMetalLB(t, "keeps-b", netip.MustParsePrefix(ip+"/32"))
 	stray := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testDriverNS, Name: "stray-keeps",
-		Annotations: map[string]string{metallb.AnnotationAddressPool: "keeps-b"}}, Spec: PlaceholderSpec(ipamv1.IPv4)}
+		Annotations: map[string]string{metallb.AnnotationAddressPool: "keeps-b"}}, Spec: plan.PlaceholderSpec(ipamv1.IPv4)}
 	if err := admin.Create(ctx, stray); err != nil {
 		t.Fatal(err)
 	}
@@ -759,7 +760,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 	// ... that then becomes a placeholder of a claim of the first class, asking the other pool
 	// (made for the claim before its class changed): served, and not kept.
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "keeps-a", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, c); err != nil {
 		t.Fatal(err)
@@ -767,7 +768,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(stray), stray); err != nil {
 		t.Fatal(err)
 	}
-	as := ProvisioningService(testDriverNS, stray.Name, c, ipamv1.IPv4, "keeps-b")
+	as := plan.ProvisioningService(testDriverNS, stray.Name, c, ipamv1.IPv4, "keeps-b")
 	patch := client.MergeFrom(stray.DeepCopy())
 	stray.Labels, stray.Annotations = as.Labels, as.Annotations
 	if err := admin.Patch(ctx, stray, patch); err != nil {
@@ -780,7 +781,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 		if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: stray.Name}, &s); err != nil {
 			return false, err // deleted: the IP went back to the pool
 		}
-		return s.Labels[LabelRole] == RoleHold && s.Labels[LabelAddress] == addr.Name, nil
+		return s.Labels[plan.LabelRole] == plan.RoleHold && s.Labels[plan.LabelAddress] == addr.Name, nil
 	})
 }
 
@@ -809,7 +810,7 @@ func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
 	// The hold as an older version left it: no driver label. And a pin that is not the
 	// address's IP, so that the driver has a patch to make.
 	var old corev1.Service
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &old); err != nil {
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &old); err != nil {
 		t.Fatal(err)
 	}
 	delete(old.Labels, ipamv1.LabelDriverService)
@@ -825,7 +826,7 @@ func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
 		if s.UID != old.UID {
 			return false, fmt.Errorf("the old hold was replaced (uid %s, was %s): want it kept and patched", s.UID, old.UID)
 		}
-		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && s.Labels[ipamv1.LabelDriverService] == Provisioner, nil
+		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && s.Labels[ipamv1.LabelDriverService] == plan.Provisioner, nil
 	})
 }
 
@@ -847,9 +848,9 @@ func TestPlaceholderLookupsKeepToTheDriversNamespace(t *testing.T) {
 		return s
 	}
 	svcs := []*corev1.Service{
-		mk("fake-hold", map[string]string{LabelRole: RoleHold, LabelAddress: addr}, nil),
-		mk("fake-release", map[string]string{LabelRole: RoleRelease, LabelAddress: addr}, nil),
-		mk("fake-provisioning", map[string]string{LabelRole: RoleProvisioning}, map[string]string{AnnotationClaim: claimKey}),
+		mk("fake-hold", map[string]string{plan.LabelRole: plan.RoleHold, plan.LabelAddress: addr}, nil),
+		mk("fake-release", map[string]string{plan.LabelRole: plan.RoleRelease, plan.LabelAddress: addr}, nil),
+		mk("fake-provisioning", map[string]string{plan.LabelRole: plan.RoleProvisioning}, map[string]string{plan.AnnotationClaim: claimKey}),
 		mk("linked", nil, map[string]string{ipamv1.AnnotationServiceClaim: "lookalike"}),
 	}
 	// The driver's cache has them all.

@@ -1,7 +1,12 @@
+// Package driver is the MetalLB driver: it accepts classes that name a manual MetalLB pool,
+// provisions reserved addresses through placeholder Services, holds every address it does not
+// lend to a tenant Service, pins addresses to the Services that name their claim, reports
+// conflicts, and tears down through its finalizer.
 package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sync/atomic"
 	"time"
@@ -20,15 +25,16 @@ import (
 )
 
 // The driver is four reconcilers, each of the same shape (docs/design.md#decide-then-write): read
-// a snapshot (the view types declared beside their planners: provisionView, addressView,
-// attachView, staleView), call a pure planner that returns the writes (plan_*.go, table-tested),
-// apply the writes in the documented crash-safe order.
+// a snapshot (plan.ProvisionView, plan.AddressView, plan.AttachView), call a pure planner of
+// package plan that returns the writes and events (plan.PlanProvision, plan.PlanAddress,
+// plan.PlanAttach, plan.ClassVerdict; table-tested and fuzzed there), and apply them in the
+// documented crash-safe order. Package plan imports no client (the linter's depguard rule).
 //
 //   - class.go        classes: Accepted (or refused) from the pool they name.
 //   - claim.go        provisioning: placeholders for a stamped claim, the IPAddress once MetalLB
 //                     served one.
 //   - address.go      addresses: the hold invariant, Lost, Conflict, ending dead attachments,
-//                     and teardown once the core let go.
+//                     and teardown once the core let go; release.go, MetalLB's kept names.
 //   - service.go      tenant Services: attach to a linked claim's addresses, detach.
 
 // Driver is the MetalLB driver's set of controllers.
@@ -66,7 +72,7 @@ type Driver struct {
 	announce *driverkit.Announcer
 	expect   *expectations
 	// memory is what the driver remembers of MetalLB per address (memory.go).
-	memory *metallbMemory
+	memory *plan.MetallbMemory
 	// progress is how far MetalLB has got through its work (progress.go).
 	progress *metallbProgress
 	now      func() time.Time
@@ -91,16 +97,16 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		d.NudgeAfter = 3 * time.Second
 	}
 	if d.ReleaseFor == 0 {
-		d.ReleaseFor = DefaultReleaseFor
+		d.ReleaseFor = plan.DefaultReleaseFor
 	}
 	if d.ReleaseAfter == 0 {
-		d.ReleaseAfter = DefaultReleaseAfter
+		d.ReleaseAfter = plan.DefaultReleaseAfter
 	}
 	if d.NotServedAfter == 0 {
-		d.NotServedAfter = DefaultNotServedAfter
+		d.NotServedAfter = plan.DefaultNotServedAfter
 	}
 	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
-	d.memory = newMetallbMemory()
+	d.memory = plan.NewMetallbMemory()
 	d.progress = &metallbProgress{namespace: d.Namespace, now: func() time.Time { return d.now() }}
 	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
 	if err != nil {
@@ -139,38 +145,22 @@ func (d *Driver) controllerOptions() controller.Options {
 	return projectmanager.ControllerOptions(d.Workers)
 }
 
-// event is one event a plan asks for. Once-events are said through the Announcer: again only
-// when their message changes.
-type event struct {
-	obj     client.Object
-	warning bool
-	reason  string
-	message string
-	once    bool
-	// topic, when set, is what the Announcer remembers the message under instead of the
-	// reason (one reason said about several addresses on the same object).
-	topic string
-	// names are key-value pairs logged when the event is said: the objects of other namespaces
-	// that a tenant's event must not name (docs/design.md) but an admin may need.
-	names []any
-}
-
-func (d *Driver) emit(ctx context.Context, evs []event) {
+func (d *Driver) emit(ctx context.Context, evs []plan.Event) {
 	for _, e := range evs {
 		typ := "Normal"
-		if e.warning {
+		if e.Warning {
 			typ = "Warning"
 		}
 		said := true
-		if e.once && e.topic != "" {
-			said = d.announce.SayAbout(e.obj, e.topic, nil, typ, e.reason, e.reason, e.message)
-		} else if e.once {
-			said = d.announce.Say(e.obj, nil, typ, e.reason, e.reason, e.message)
+		if e.Once && e.Topic != "" {
+			said = d.announce.SayAbout(e.Obj, e.Topic, nil, typ, e.Reason, e.Reason, e.Message)
+		} else if e.Once {
+			said = d.announce.Say(e.Obj, nil, typ, e.Reason, e.Reason, e.Message)
 		} else {
-			d.announce.Recorder.Eventf(e.obj, nil, typ, e.reason, e.reason, "%s", e.message)
+			d.announce.Recorder.Eventf(e.Obj, nil, typ, e.Reason, e.Reason, "%s", e.Message)
 		}
-		if said && len(e.names) > 0 {
-			log.FromContext(ctx).Info("said "+e.reason, append([]any{"object", client.ObjectKeyFromObject(e.obj)}, e.names...)...)
+		if said && len(e.Names) > 0 {
+			log.FromContext(ctx).Info("said "+e.Reason, append([]any{"object", client.ObjectKeyFromObject(e.Obj)}, e.Names...)...)
 		}
 	}
 }

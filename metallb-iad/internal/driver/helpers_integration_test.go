@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"slices"
 	"sync"
@@ -35,7 +36,7 @@ func newPoolClass(t *testing.T, name string, addresses ...string) {
 		t.Fatal(err)
 	}
 	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: name}}}); err != nil {
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: plan.Provisioner, Parameters: map[string]string{plan.ClassParameterPool: name}}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "class "+name+" to be accepted", func() (bool, error) {
@@ -55,7 +56,7 @@ func boundClaimWithAddress(t *testing.T, ns, name, class, ip string) (*ipamv1.IP
 		t.Fatal(err)
 	}
 	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip)),
-		Finalizers: []string{ipamv1.FinalizerAddress, Finalizer}},
+		Finalizers: []string{ipamv1.FinalizerAddress, plan.Finalizer}},
 		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: class, ReclaimPolicy: ipamv1.ReclaimRetain,
 			ClaimRef: &ipamv1.ClaimReference{Namespace: ns, Name: name, UID: claim.UID}}}
 	if err := admin.Create(ctx, addr); err != nil {
@@ -110,7 +111,7 @@ func waitHeldByPlaceholder(t *testing.T, name, ip string) {
 			return false, nil
 		}
 		var s corev1.Service
-		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &s); err != nil {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &s); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return slices.Contains(ingress(&s), ip), nil
@@ -217,18 +218,18 @@ func startSlowFakeMetalLB(t *testing.T, pool string, prefix netip.Prefix, delay 
 }
 
 func (f *fakeMetalLB) mine(s *corev1.Service) bool {
-	if s.Spec.Type != corev1.ServiceTypeLoadBalancer || foreignClass(s) {
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer || plan.ForeignClass(s) {
 		return false // (MetalLB leaves a Service of another load-balancer class alone)
 	}
 	if s.Annotations[metallb.AnnotationAddressPool] == f.pool {
 		return true
 	}
-	for _, ip := range PinIPs(s) {
+	for _, ip := range plan.PinIPs(s) {
 		if f.prefix.Contains(ip) {
 			return true
 		}
 	}
-	for _, ip := range IngressIPs(s) {
+	for _, ip := range plan.IngressIPs(s) {
 		if f.prefix.Contains(ip) {
 			return true
 		}
@@ -250,15 +251,15 @@ func (f *fakeMetalLB) pass() {
 			continue
 		}
 		mine = append(mine, s)
-		for _, ip := range IngressIPs(s) {
+		for _, ip := range plan.IngressIPs(s) {
 			used[ip] = s.Namespace + "/" + s.Name
 		}
 	}
 	for _, s := range mine {
 		key := s.Namespace + "/" + s.Name
-		cur := IngressIPs(s)
+		cur := plan.IngressIPs(s)
 		want := cur
-		if pin := PinIPs(s); len(pin) > 0 {
+		if pin := plan.PinIPs(s); len(pin) > 0 {
 			want = pin
 			for _, ip := range pin {
 				if holder, ok := used[ip]; ok && holder != key {
@@ -266,7 +267,7 @@ func (f *fakeMetalLB) pass() {
 				}
 			}
 			if want == nil {
-				if len(cur) > 0 && !sameIPs(cur, pin) {
+				if len(cur) > 0 && !plan.SameIPs(cur, pin) {
 					want = []netip.Addr{} // the current IP is no longer valid for it
 				} else {
 					continue
@@ -280,7 +281,7 @@ func (f *fakeMetalLB) pass() {
 				}
 			}
 		}
-		if sameIPs(cur, want) {
+		if plan.SameIPs(cur, want) {
 			delete(f.pending, key)
 			continue
 		}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,50 +76,50 @@ func setupIndexes(ctx context.Context, mgr manager.Manager, namespace string) er
 		return err
 	}
 	own := func(o client.Object, role string) bool {
-		return o.GetNamespace() == namespace && o.GetLabels()[LabelRole] == role
+		return o.GetNamespace() == namespace && o.GetLabels()[plan.LabelRole] == role
 	}
 	for _, f := range []struct {
 		field string
 		fn    client.IndexerFunc
 	}{
 		{indexHoldOf, func(o client.Object) []string {
-			if !own(o, RoleHold) {
+			if !own(o, plan.RoleHold) {
 				return nil
 			}
-			return []string{o.GetLabels()[LabelAddress]}
+			return []string{o.GetLabels()[plan.LabelAddress]}
 		}},
 		{indexReleaseOf, func(o client.Object) []string {
-			if !own(o, RoleRelease) {
+			if !own(o, plan.RoleRelease) {
 				return nil
 			}
-			return []string{o.GetLabels()[LabelAddress]}
+			return []string{o.GetLabels()[plan.LabelAddress]}
 		}},
 		{indexProvisioningForKey, func(o client.Object) []string {
-			if !own(o, RoleProvisioning) {
+			if !own(o, plan.RoleProvisioning) {
 				return nil
 			}
-			return []string{o.GetAnnotations()[AnnotationClaim]}
+			return []string{o.GetAnnotations()[plan.AnnotationClaim]}
 		}},
 		{indexServiceLink, func(o client.Object) []string {
 			svc := o.(*corev1.Service)
-			if svc.Labels[LabelRole] != "" {
+			if svc.Labels[plan.LabelRole] != "" {
 				return nil
 			}
-			name, _ := LinkedClaim(svc)
+			name, _ := plan.LinkedClaim(svc)
 			return []string{index.ClaimKey(svc.Namespace, name)}
 		}},
 		{indexIngressIP, func(o client.Object) []string {
-			return ipStrings(IngressIPs(o.(*corev1.Service)))
+			return ipStrings(plan.IngressIPs(o.(*corev1.Service)))
 		}},
 		{indexExternalIP, func(o client.Object) []string {
-			return ipStrings(ExternalIPs(o.(*corev1.Service)))
+			return ipStrings(plan.ExternalIPs(o.(*corev1.Service)))
 		}},
 		{indexRequestedIP, func(o client.Object) []string {
 			s := o.(*corev1.Service)
-			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Labels[LabelRole] != "" {
+			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Labels[plan.LabelRole] != "" {
 				return nil // (the driver's own placeholders request reserved IPs by design)
 			}
-			return ipStrings(RequestedIPs(s))
+			return ipStrings(plan.RequestedIPs(s))
 		}},
 		{indexParked, func(o client.Object) []string {
 			if autoclaim.Parked(o.(*corev1.Service)) {
@@ -146,10 +147,10 @@ func setupIndexes(ctx context.Context, mgr manager.Manager, namespace string) er
 		}},
 		{&ipamv1.IPAddressClass{}, indexClassPool, func(o client.Object) []string {
 			c := o.(*ipamv1.IPAddressClass)
-			if c.Spec.Provisioner != Provisioner {
+			if c.Spec.Provisioner != plan.Provisioner {
 				return nil
 			}
-			return []string{c.Spec.Parameters[ClassParameterPool]}
+			return []string{plan.ParseClassParams(c).Pool}
 		}},
 		{&corev1.Event{}, indexEventAbout, func(o client.Object) []string {
 			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}

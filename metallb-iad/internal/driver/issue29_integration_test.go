@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestStaleHolderClearSparesAServiceOfAnotherPool(t *testing.T) {
 	newPoolClass(t, class, "203.0.113.128/28")
 	ns := newNamespace(t, class)
 	_, addr := boundClaimWithAddress(t, ns, "c", class, ip)
-	holdKey := client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}
+	holdKey := client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}
 	eventually(t, "the hold", func() (bool, error) {
 		var s corev1.Service
 		err := admin.Get(ctx, holdKey, &s)
@@ -71,7 +72,7 @@ func TestStaleHolderClearSparesAServiceOfAnotherPool(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), auto) })
 	eventually(t, "the address to be Lost (OutsidePool)", func() (bool, error) {
 		c, err := addressCondition(addr.Name, ipamv1.ConditionLost)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonOutsidePool, err
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == plan.ReasonOutsidePool, err
 	})
 	// MetalLB: the hold's pool no longer includes the IP, so the hold loses it, and a tenant's
 	// plain Service gets it from the auto-assigning pool.
@@ -88,8 +89,8 @@ func TestStaleHolderClearSparesAServiceOfAnotherPool(t *testing.T) {
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(plain), &s); err != nil {
 			return false, err
 		}
-		if evs := driverEvents(t, ns, string(s.UID), ReasonStaleIngressCleared); len(evs) > 0 {
-			t.Errorf("the driver said %s: %s", ReasonStaleIngressCleared, evs[0].Note)
+		if evs := driverEvents(t, ns, string(s.UID), plan.ReasonStaleIngressCleared); len(evs) > 0 {
+			t.Errorf("the driver said %s: %s", plan.ReasonStaleIngressCleared, evs[0].Note)
 			return false, nil
 		}
 		return len(ingress(&s)) == 1 && ingress(&s)[0] == ip, nil
@@ -103,9 +104,9 @@ func TestStaleHolderClearSparesAServiceOfAnotherPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the Warning on the plain Service", func() (bool, error) {
-		return len(driverEvents(t, ns, string(s.UID), ReasonServiceConflict)) > 0, nil
+		return len(driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict)) > 0, nil
 	})
-	for _, e := range driverEvents(t, ns, string(s.UID), ReasonServiceConflict) {
+	for _, e := range driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict) {
 		if strings.Contains(e.Note, "annotation") || !strings.Contains(e.Note, "another pool") {
 			t.Errorf("the Warning blames a request the Service does not make: %q", e.Note)
 		}
@@ -123,7 +124,7 @@ func noAttachment(t *testing.T, addr, ip string, svc client.ObjectKey, d time.Du
 			return false, nil
 		}
 		var hold, s corev1.Service
-		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr)}, &hold); err != nil {
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr)}, &hold); err != nil {
 			return false, err
 		}
 		if err := admin.Get(context.Background(), svc, &s); err != nil {
@@ -159,7 +160,7 @@ func TestServiceOfAnotherLoadBalancerClassIsNotAttached(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), s) })
 	noAttachment(t, addr.Name, ip, client.ObjectKeyFromObject(s), 3*time.Second)
 	eventually(t, "a ForeignLoadBalancerClass Warning on the Service", func() (bool, error) {
-		return len(driverEvents(t, ns, string(s.UID), ReasonForeignLoadBalancerClass)) == 1, nil
+		return len(driverEvents(t, ns, string(s.UID), plan.ReasonForeignLoadBalancerClass)) == 1, nil
 	})
 }
 
@@ -195,7 +196,7 @@ func TestServiceThePoolDoesNotAdmitIsNotAttached(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), s) })
 	noAttachment(t, addr.Name, ip, client.ObjectKeyFromObject(s), 3*time.Second)
 	eventually(t, "a PoolExcludesService Warning on the Service", func() (bool, error) {
-		evs := driverEvents(t, ns, string(s.UID), ReasonPoolExcludesService)
+		evs := driverEvents(t, ns, string(s.UID), plan.ReasonPoolExcludesService)
 		return len(evs) == 1 && strings.Contains(evs[0].Note, "not "+ns), nil
 	})
 

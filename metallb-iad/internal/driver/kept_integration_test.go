@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // MetalLB's report on a hold names a Service of another namespace that is gone: an intruder an
 // admin has just deleted, whose deletion MetalLB handles moments later, serving the hold then.
 // That is no reason to send an admin to restart MetalLB: the address says KeptByMetalLB only
-// once the Service has stayed gone for keptGrace, and stops saying it when the report names a
+// once the Service has stayed gone for KeptGrace, and stops saying it when the report names a
 // Service that exists. (Before, it said so at the first pass that saw the report: a false
 // Warning and two status writes for every ordinary conflict that ended.)
 func TestAGoneServiceIsCalledKeptOnlyOnceItStaysGone(t *testing.T) {
@@ -32,7 +33,7 @@ func TestAGoneServiceIsCalledKeptOnlyOnceItStaysGone(t *testing.T) {
 	boundClaimWithAddress(t, "tenant", "kept", "kept", ip)
 	var hold corev1.Service
 	eventually(t, "the hold", func() (bool, error) {
-		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &hold)
+		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &hold)
 		return err == nil, client.IgnoreNotFound(err)
 	})
 	// MetalLB's report on it, as its recorder writes it.
@@ -71,11 +72,11 @@ func TestAGoneServiceIsCalledKeptOnlyOnceItStaysGone(t *testing.T) {
 			return c != nil && c.Reason == reason, err
 		}
 	}
-	consistently(t, keptGrace/3, "the address not to say KeptByMetalLB while the Service is only just gone", func() (bool, error) {
-		ok, err := held(ReasonKeptByMetalLB)()
+	consistently(t, plan.KeptGrace/3, "the address not to say KeptByMetalLB while the Service is only just gone", func() (bool, error) {
+		ok, err := held(plan.ReasonKeptByMetalLB)()
 		return !ok, err
 	})
-	eventuallyWithin(t, keptGrace+30*time.Second, "KeptByMetalLB once the Service stayed gone", held(ReasonKeptByMetalLB))
+	eventuallyWithin(t, plan.KeptGrace+30*time.Second, "KeptByMetalLB once the Service stayed gone", held(plan.ReasonKeptByMetalLB))
 	if c, _ := addressCondition(name, ipamv1.ConditionHeld); c == nil || !strings.Contains(c.Message, ns+"/intruder") || !strings.Contains(c.Message, "restart MetalLB's controller") {
 		t.Fatalf("held %+v", c)
 	}
@@ -86,5 +87,5 @@ func TestAGoneServiceIsCalledKeptOnlyOnceItStaysGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	touch()
-	eventually(t, "WaitingForMetalLB once the Service exists", held(ReasonWaitingForMetalLB))
+	eventually(t, "WaitingForMetalLB once the Service exists", held(plan.ReasonWaitingForMetalLB))
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,16 +72,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Walks over the cache that copy nothing (a List copies every item): the objects are only read.
-	byRole := map[string]int{RoleProvisioning: 0, RoleHold: 0}
+	byRole := map[string]int{plan.RoleProvisioning: 0, plan.RoleHold: 0}
 	if err := cachewalk.Each(ctx, m.reader, &corev1.Service{}, &corev1.ServiceList{}, func(o client.Object) {
 		if o.GetNamespace() != m.namespace {
 			return
 		}
-		if role := o.GetLabels()[LabelRole]; role == RoleProvisioning || role == RoleHold {
+		if role := o.GetLabels()[plan.LabelRole]; role == plan.RoleProvisioning || role == plan.RoleHold {
 			byRole[role]++
 		}
 	}); err == nil {
-		for _, role := range []string{RoleProvisioning, RoleHold} {
+		for _, role := range []string{plan.RoleProvisioning, plan.RoleHold} {
 			ch <- prometheus.MustNewConstMetric(m.placeholder, prometheus.GaugeValue, float64(byRole[role]), role)
 		}
 	}
@@ -118,15 +119,15 @@ func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric,
 	}
 	for i := range classes.Items {
 		c := &classes.Items[i]
-		name := c.Spec.Parameters[ClassParameterPool]
-		if c.Spec.Provisioner != Provisioner || name == "" || !meta.IsStatusConditionTrue(c.Status.Conditions, ipamv1.ConditionAccepted) {
+		name := plan.ParseClassParams(c).Pool
+		if c.Spec.Provisioner != plan.Provisioner || name == "" || !meta.IsStatusConditionTrue(c.Status.Conditions, ipamv1.ConditionAccepted) {
 			continue
 		}
 		var pool metallb.IPAddressPool
 		if err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.metallbNamespace, Name: name}, &pool); err != nil {
 			continue
 		}
-		size, reserved := poolSize(&pool), float64(addressesOfClass[c.Name])
+		size, reserved := plan.PoolSize(&pool), float64(addressesOfClass[c.Name])
 		for state, v := range map[string]float64{"size": size, "reserved": reserved, "free": max(size-reserved, 0)} {
 			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, v, c.Name, name, state)
 		}

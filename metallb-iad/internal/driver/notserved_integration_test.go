@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 	"time"
@@ -42,16 +43,16 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 			return true, admin.Status().Update(ctx, &s)
 		})
 	}
-	serve(client.ObjectKey{Namespace: testDriverNS, Name: HoldName(a.Name)}, ip)
+	serve(client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(a.Name)}, ip)
 	waitHeldByPlaceholder(t, a.Name, ip)
 	// The driver's mark of MetalLB's progress (progress.go, fed by its Service informer) moves to
 	// the served hold's touch: a placeholder touched before it and still silent is nudged.
 	var hold corev1.Service
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(a.Name)}, &hold); err != nil {
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(a.Name)}, &hold); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the progress mark to reach the served hold", func() (bool, error) {
-		return !testDriver.progress.passed().passed.Before(lastTouch(&hold)), nil
+		return !testDriver.progress.passed().Passed.Before(plan.LastTouch(&hold)), nil
 	})
 
 	s := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
@@ -66,7 +67,7 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 			return false, err
 		}
-		return s.Annotations[AnnotationPinned] == "true" && slices0(PinIPs(s)) == ip, nil
+		return s.Annotations[plan.AnnotationPinned] == "true" && slices0(plan.PinIPs(s)) == ip, nil
 	})
 	held := func() *metav1.Condition {
 		c, err := addressCondition(a.Name, ipamv1.ConditionHeld)
@@ -78,17 +79,17 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 	// Unserved for less than NotServedAfter: MetalLB's backlog, nothing said.
 	consistently(t, after/2, "Held to stay Attached while MetalLB may be busy", func() (bool, error) {
 		c := held()
-		return c != nil && c.Reason == ReasonAttached && len(driverEvents(t, ns, string(s.UID), ReasonNotServed)) == 0, nil
+		return c != nil && c.Reason == plan.ReasonAttached && len(driverEvents(t, ns, string(s.UID), plan.ReasonNotServed)) == 0, nil
 	})
 	eventuallyWithin(t, after+20*time.Second, "Held=False NotServed", func() (bool, error) {
 		c := held()
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonNotServed, nil
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == plan.ReasonNotServed, nil
 	})
 	if waited := time.Since(pinned); waited < after {
 		t.Errorf("NotServed after %s, before NotServedAfter (%s)", waited, after)
 	}
 	eventually(t, "the NotServed Warning on the Service", func() (bool, error) {
-		return len(driverEvents(t, ns, string(s.UID), ReasonNotServed)) == 1, nil
+		return len(driverEvents(t, ns, string(s.UID), plan.ReasonNotServed)) == 1, nil
 	})
 	// Said once while it lasts, whatever passes come (a touch of the Service brings one).
 	orig := s.DeepCopy()
@@ -97,7 +98,7 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	if n := seriesCount(driverEvents(t, ns, string(s.UID), ReasonNotServed)); n != 1 {
+	if n := seriesCount(driverEvents(t, ns, string(s.UID), plan.ReasonNotServed)); n != 1 {
 		t.Errorf("%d NotServed Warnings while it lasted, want 1", n)
 	}
 
@@ -105,20 +106,20 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 	serve(client.ObjectKeyFromObject(s), ip)
 	eventually(t, "Held=True Attached once served", func() (bool, error) {
 		c := held()
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonAttached, nil
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == plan.ReasonAttached, nil
 	})
 	// A recurrence is said again, after NotServedAfter again (the wait is counted anew).
 	serve(client.ObjectKeyFromObject(s))
 	again := time.Now()
 	eventuallyWithin(t, after+20*time.Second, "Held=False NotServed again", func() (bool, error) {
 		c := held()
-		return c != nil && c.Reason == ReasonNotServed, nil
+		return c != nil && c.Reason == plan.ReasonNotServed, nil
 	})
 	if waited := time.Since(again); waited < after {
 		t.Errorf("NotServed again after %s, before NotServedAfter (%s)", waited, after)
 	}
 	eventually(t, "a second NotServed Warning", func() (bool, error) {
-		return seriesCount(driverEvents(t, ns, string(s.UID), ReasonNotServed)) == 2, nil
+		return seriesCount(driverEvents(t, ns, string(s.UID), plan.ReasonNotServed)) == 2, nil
 	})
 	if c := meta.FindStatusCondition(getAddress(t, a.Name).Status.Conditions, ipamv1.ConditionHeld); c == nil || c.Message == "" {
 		t.Errorf("Held says nothing: %+v", c)

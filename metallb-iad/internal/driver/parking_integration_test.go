@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestParkedServiceIsAttached(t *testing.T) {
 			return false, err
 		}
 		_, parked := s.Annotations[autoclaim.ParkingAnnotation]
-		return !parked && s.Annotations[AnnotationPinned] == "true" && s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip, nil
+		return !parked && s.Annotations[plan.AnnotationPinned] == "true" && s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip, nil
 	}
 	eventually(t, "the parked Service to be pinned and unparked", pinnedUnparked)
 	waitServiceIngress(t, ns, "web", ip)
@@ -57,7 +58,7 @@ func TestParkedServiceIsAttached(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
 		t.Fatal(err)
 	}
-	if evs := driverEvents(t, ns, string(s.UID), ReasonForeignPin); len(evs) > 0 {
+	if evs := driverEvents(t, ns, string(s.UID), plan.ReasonForeignPin); len(evs) > 0 {
 		t.Fatalf("the parking annotation was taken for a foreign pin: %s", evs[0].Note)
 	}
 }

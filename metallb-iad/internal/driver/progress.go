@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"sync/atomic"
 	"time"
 
@@ -8,7 +9,7 @@ import (
 )
 
 // metallbProgress is how far MetalLB has got through its work, as far as the driver can tell:
-// the latest touch (creation or nudge, lastTouch) of a placeholder of this driver that MetalLB
+// the latest touch (creation or nudge, LastTouch) of a placeholder of this driver that MetalLB
 // has served. MetalLB handles Services in the order they were written, so a placeholder touched
 // before that mark and still unserved, with no AllocationFailed report since its touch, was
 // passed over without a report the driver saw (dropped by MetalLB's event recorder): a nudge
@@ -26,22 +27,14 @@ type metallbProgress struct {
 	now       func() time.Time
 }
 
-// metallbMark is what the planners know of MetalLB's progress.
-type metallbMark struct {
-	// passed is the latest touch of a placeholder MetalLB served (zero: none seen).
-	passed time.Time
-	// movedAt is when passed last moved on (zero: never).
-	movedAt time.Time
-}
-
 // see moves the mark on for a placeholder of the driver's namespace that MetalLB serves (the
 // Service informer's add and update events).
 func (m *metallbProgress) see(obj any) {
 	s, ok := obj.(*corev1.Service)
-	if !ok || s.Namespace != m.namespace || len(IngressIPs(s)) == 0 {
+	if !ok || s.Namespace != m.namespace || len(plan.IngressIPs(s)) == 0 {
 		return
 	}
-	if role := s.Labels[LabelRole]; role != RoleHold && role != RoleProvisioning {
+	if role := s.Labels[plan.LabelRole]; role != plan.RoleHold && role != plan.RoleProvisioning {
 		return
 	}
 	now := time.Now
@@ -50,7 +43,7 @@ func (m *metallbProgress) see(obj any) {
 	}
 	// Never later than this driver's clock: a nudge stamped by a clock that runs ahead (a
 	// previous leader's) would otherwise count every waiting placeholder as passed over.
-	t := min(lastTouch(s).UnixNano(), now().UnixNano())
+	t := min(plan.LastTouch(s).UnixNano(), now().UnixNano())
 	for {
 		cur := m.mark.Load()
 		if t <= cur {
@@ -64,13 +57,13 @@ func (m *metallbProgress) see(obj any) {
 }
 
 // passed is the mark (zero when nothing was seen served) and when it last moved.
-func (m *metallbProgress) passed() metallbMark {
-	var out metallbMark
+func (m *metallbProgress) passed() plan.MetallbMark {
+	var out plan.MetallbMark
 	if n := m.mark.Load(); n != 0 {
-		out.passed = time.Unix(0, n)
+		out.Passed = time.Unix(0, n)
 	}
 	if n := m.movedAt.Load(); n != 0 {
-		out.movedAt = time.Unix(0, n)
+		out.MovedAt = time.Unix(0, n)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,28 +15,28 @@ import (
 // address's release Services, the memory of the wait and, when a round is due, which names
 // are free (read uncached: a name that exists, a placeholder just created included, is never
 // released).
-func (d *Driver) staleSnapshot(ctx context.Context, v *addressView, messages map[string]string) error {
+func (d *Driver) staleSnapshot(ctx context.Context, v *plan.AddressView, messages map[string]string) error {
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.MatchingFields{indexReleaseOf: v.addr.Name}); err != nil {
+	if err := d.client.List(ctx, &list, client.MatchingFields{indexReleaseOf: v.Addr.Name}); err != nil {
 		return err
 	}
-	v.stale.releases = d.live(list.Items)
-	w, deleted := d.memory.staleOf(v.addr.Name)
-	v.stale.since, v.stale.last, v.stale.remembered = w.since, w.last, len(deleted) > 0
-	v.stale.names, v.stale.known = staleCandidates(v, messages, deleted...)
-	if len(v.stale.names) == 0 {
+	v.Stale.Releases = d.live(list.Items)
+	w, deleted := d.memory.StaleOf(v.Addr.Name)
+	v.Stale.Since, v.Stale.Last, v.Stale.Remembered = w.Since, w.Last, len(deleted) > 0
+	v.Stale.Names, v.Stale.Known = plan.StaleCandidates(v, messages, deleted...)
+	if len(v.Stale.Names) == 0 {
 		return nil
 	}
-	if due, _ := releaseDue(w.since, w.last, v.now, v.nudgeAfter, v.releaseAfter, v.stale.known); !due {
+	if due, _ := plan.ReleaseDue(w.Since, w.Last, v.Now, v.NudgeAfter, v.ReleaseAfter, v.Stale.Known); !due {
 		return nil
 	}
-	v.stale.free = map[string]bool{}
-	for _, n := range v.stale.names {
+	v.Stale.Free = map[string]bool{}
+	for _, n := range v.Stale.Names {
 		var s corev1.Service
 		err := d.reader.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: n}, &s)
 		switch {
 		case apierrors.IsNotFound(err):
-			v.stale.free[n] = true
+			v.Stale.Free[n] = true
 		case err != nil:
 			return err
 		}
@@ -45,13 +46,13 @@ func (d *Driver) staleSnapshot(ctx context.Context, v *addressView, messages map
 
 // applyRelease makes the release writes of an address plan: expired release Services (and one
 // in the way of the hold's name) go first, then the new ones; then the memory of the wait.
-func (d *Driver) applyRelease(ctx context.Context, address string, rp releasePlan) error {
-	for _, s := range rp.remove {
+func (d *Driver) applyRelease(ctx context.Context, address string, rp plan.ReleasePlan) error {
+	for _, s := range rp.Remove {
 		if err := d.deleteService(ctx, s); err != nil {
 			return err
 		}
 	}
-	for _, s := range rp.create {
+	for _, s := range rp.Create {
 		// AlreadyExists: the name was taken since it was read (a placeholder, or a release of
 		// an earlier pass): not released this round.
 		if err := d.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -59,10 +60,10 @@ func (d *Driver) applyRelease(ctx context.Context, address string, rp releasePla
 		}
 	}
 	switch {
-	case rp.forget:
-		d.memory.endStale(address)
-	case rp.wait != nil:
-		d.memory.setStale(address, *rp.wait)
+	case rp.Forget:
+		d.memory.EndStale(address)
+	case rp.Wait != nil:
+		d.memory.SetStale(address, *rp.Wait)
 	}
 	return nil
 }
@@ -71,7 +72,7 @@ func (d *Driver) applyRelease(ctx context.Context, address string, rp releasePla
 // pass no longer looks at them (gone, or torn down) and those a restarted driver left.
 func (d *Driver) sweepReleases(ctx context.Context) error {
 	var list corev1.ServiceList
-	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{LabelRole: RoleRelease}); err != nil {
+	if err := d.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{plan.LabelRole: plan.RoleRelease}); err != nil {
 		return err
 	}
 	now := d.now()

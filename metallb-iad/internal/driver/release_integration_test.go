@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 
@@ -22,17 +23,17 @@ func TestReleaseServiceIsNeverTakenForAHold(t *testing.T) {
 	startFakeMetalLB(t, "release", netip.MustParsePrefix("203.0.113.176/28"))
 	const ip = "203.0.113.180"
 	name := ipamv1.AddressName(netip.MustParseAddr(ip))
-	rel := ReleaseService(testDriverNS, HoldName(name), name)
+	rel := plan.ReleaseService(testDriverNS, plan.HoldName(name), name)
 	if err := admin.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
 	boundClaimWithAddress(t, "tenant", "release", "release", ip)
 	waitHeldByPlaceholder(t, name, ip)
 	var s corev1.Service
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(name)}, &s); err != nil {
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &s); err != nil {
 		t.Fatal(err)
 	}
-	if s.UID == rel.UID || s.Labels[LabelRole] != RoleHold || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+	if s.UID == rel.UID || s.Labels[plan.LabelRole] != plan.RoleHold || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		t.Fatalf("the hold is the release Service or not a hold: %+v", s.ObjectMeta)
 	}
 	// Made because the pass deleted the release first, not because the release expired (or was
@@ -49,7 +50,7 @@ func TestLeftoverReleaseServiceIsSwept(t *testing.T) {
 	ctx := context.Background()
 	testDriver.eventSweepOff.Store(true)
 	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
-	rel := ReleaseService(testDriverNS, "claim-000000000000-v4", "ip-203-0-113-254")
+	rel := plan.ReleaseService(testDriverNS, "claim-000000000000-v4", "ip-203-0-113-254")
 	if err := admin.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +73,12 @@ func TestReleaseServiceIsNeverTakenForAProvisioningPlaceholder(t *testing.T) {
 	// The class comes after the release Service: until it exists the driver provisions nothing,
 	// and cannot take the first name itself before the test gives it to the release.
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "relprov",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "relprov", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	rel := ReleaseService(testDriverNS, ProvisioningName(string(claim.UID), ipamv1.IPv4, 0), "ip-198-51-100-225")
+	rel := plan.ReleaseService(testDriverNS, plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 0), "ip-198-51-100-225")
 	if err := admin.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
@@ -86,15 +87,15 @@ func TestReleaseServiceIsNeverTakenForAProvisioningPlaceholder(t *testing.T) {
 	if err := admin.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	next := client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 1)}
+	next := client.ObjectKey{Namespace: testDriverNS, Name: plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 1)}
 	eventually(t, "a provisioning placeholder under the claim's next name", func() (bool, error) {
 		var p corev1.Service
 		err := admin.Get(ctx, next, &p)
-		return err == nil && p.Labels[LabelRole] == RoleProvisioning && p.Labels[LabelClaimUID] == string(claim.UID), client.IgnoreNotFound(err)
+		return err == nil && p.Labels[plan.LabelRole] == plan.RoleProvisioning && p.Labels[plan.LabelClaimUID] == string(claim.UID), client.IgnoreNotFound(err)
 	})
 	var r corev1.Service
 	err := admin.Get(ctx, client.ObjectKeyFromObject(rel), &r)
-	if err == nil && (r.UID != rel.UID || r.Labels[LabelRole] != RoleRelease || r.Spec.Type != corev1.ServiceTypeClusterIP) {
+	if err == nil && (r.UID != rel.UID || r.Labels[plan.LabelRole] != plan.RoleRelease || r.Spec.Type != corev1.ServiceTypeClusterIP) {
 		t.Fatalf("the release Service was taken over: %+v", r.ObjectMeta)
 	}
 	if client.IgnoreNotFound(err) != nil {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestAServiceRequestingAReservedAddressIsTold(t *testing.T) {
 		}
 	}
 	consistently(t, time.Second, "nothing said about a pin of an IP not reserved yet", func() (bool, error) {
-		return len(driverEvents(t, ns, string(early.UID), ReasonReservedAddressRequested)) == 0, nil
+		return len(driverEvents(t, ns, string(early.UID), plan.ReasonReservedAddressRequested)) == 0, nil
 	})
 	_, a2 := boundClaimWithAddress(t, ns, "c2", "requested", later)
 	for _, tc := range []struct {
@@ -53,7 +54,7 @@ func TestAServiceRequestingAReservedAddressIsTold(t *testing.T) {
 		addr, claim string
 	}{{pinnedByAdmin, a.Name, ns + "/c"}, {legacy, a.Name, ns + "/c"}, {byField, a.Name, ns + "/c"}, {early, a2.Name, ns + "/c2"}} {
 		eventually(t, "the ReservedAddressRequested Warning on "+tc.s.Name, func() (bool, error) {
-			evs := driverEvents(t, ns, string(tc.s.UID), ReasonReservedAddressRequested)
+			evs := driverEvents(t, ns, string(tc.s.UID), plan.ReasonReservedAddressRequested)
 			if len(evs) > 1 {
 				t.Fatalf("said %d times", len(evs))
 			}
@@ -77,16 +78,16 @@ func TestAServiceRequestingAReservedAddressIsTold(t *testing.T) {
 	}
 	touch(pinnedByAdmin, func(s *corev1.Service) { s.Labels = map[string]string{"touched": "1"} })
 	consistently(t, 3*time.Second, "one Warning per Service, none for a free IP", func() (bool, error) {
-		return len(driverEvents(t, ns, string(pinnedByAdmin.UID), ReasonReservedAddressRequested)) == 1 &&
-			len(driverEvents(t, ns, string(free.UID), ReasonReservedAddressRequested)) == 0, nil
+		return len(driverEvents(t, ns, string(pinnedByAdmin.UID), plan.ReasonReservedAddressRequested)) == 1 &&
+			len(driverEvents(t, ns, string(free.UID), plan.ReasonReservedAddressRequested)) == 0, nil
 	})
 	// Dropped (the driver forgets it said it), then requested again: said again.
 	touch(pinnedByAdmin, func(s *corev1.Service) { delete(s.Annotations, metallb.AnnotationLoadBalancerIPs) })
 	eventually(t, "the driver to see the request dropped", func() (bool, error) {
-		return !testDriver.announce.Remembers(client.ObjectKeyFromObject(pinnedByAdmin), ReasonReservedAddressRequested), nil
+		return !testDriver.announce.Remembers(client.ObjectKeyFromObject(pinnedByAdmin), plan.ReasonReservedAddressRequested), nil
 	})
 	touch(pinnedByAdmin, func(s *corev1.Service) { s.Annotations = map[string]string{metallb.AnnotationLoadBalancerIPs: ip} })
 	eventually(t, "the Warning said again", func() (bool, error) {
-		return len(driverEvents(t, ns, string(pinnedByAdmin.UID), ReasonReservedAddressRequested)) == 2, nil
+		return len(driverEvents(t, ns, string(pinnedByAdmin.UID), plan.ReasonReservedAddressRequested)) == 2, nil
 	})
 }

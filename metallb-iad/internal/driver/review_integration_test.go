@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -85,7 +86,7 @@ func relinkAway(t *testing.T, name string, phase ipamv1.ClaimPhase, prefix, ipA,
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
 			return false, err
 		}
-		if len(PinIPs(&s)) != 0 || s.Annotations[AnnotationPinned] != "" {
+		if len(plan.PinIPs(&s)) != 0 || s.Annotations[plan.AnnotationPinned] != "" {
 			return false, nil
 		}
 		at := getAddress(t, a.Name).Status.AttachedTo
@@ -129,7 +130,7 @@ func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
 	// The driver's view: the Service it unpinned a moment ago, still showing the old IP and its
 	// record of releasing it.
 	stale := setIngress(old).DeepCopy()
-	stale.Annotations = map[string]string{AnnotationReleasing: old}
+	stale.Annotations = map[string]string{plan.AnnotationReleasing: old}
 	// MetalLB assigns a new IP meanwhile.
 	setIngress(fresh)
 	err := testDriver.unpin(ctx, stale, false)
@@ -196,7 +197,7 @@ func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
 	said := func(n int) func() (bool, error) {
 		return func() (bool, error) {
 			onAddr := seriesCount(driverEvents(t, "default", string(addr.UID), ipamv1.ConditionConflict))
-			onSvc := seriesCount(driverEvents(t, ns, string(thief.UID), ReasonServiceConflict))
+			onSvc := seriesCount(driverEvents(t, ns, string(thief.UID), plan.ReasonServiceConflict))
 			return onAddr >= n && onSvc >= n, nil
 		}
 	}
@@ -211,7 +212,7 @@ func TestRecurringConflictIsAnnouncedAgain(t *testing.T) {
 }
 
 // Finding 12 (attach): attaching a Service to a Bound claim takes at most 3 driver writes
-// (attachedTo with Held, the hold's deletion, the pin), none refused.
+// (AttachedTo with Held, the hold's deletion, the pin), none refused.
 func TestAttachWriteBudget(t *testing.T) {
 	needAPIServer(t)
 	newPoolClass(t, "budget", "198.51.100.160/28")
@@ -225,7 +226,7 @@ func TestAttachWriteBudget(t *testing.T) {
 	attachedService(t, ns, "web", "c", ip)
 	eventually(t, "the address to say Attached", func() (bool, error) {
 		c, err := addressCondition(addr.Name, ipamv1.ConditionHeld)
-		return c != nil && c.Reason == ReasonAttached, err
+		return c != nil && c.Reason == plan.ReasonAttached, err
 	})
 	quiet(t, time.Second)
 	total, refused := writesSince(t, "attach", before)
@@ -249,7 +250,7 @@ func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 	testDriver.eventSweepOff.Store(true)
 	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
 	ip := netip.MustParseAddr("198.51.100.251")
-	orphan := HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
+	orphan := plan.HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 }
 
 // Finding 1: attaching while the driver's cache of addresses lags its Services (the address's
-// pass sees the hold deleted before it sees attachedTo): no hold is made again for the attached
+// pass sees the hold deleted before it sees AttachedTo): no hold is made again for the attached
 // address, and no Conflict is raised against the Service that now serves it.
 func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	needAPIServer(t)
@@ -272,7 +273,7 @@ func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	_, addr := boundClaimWithAddress(t, ns, "c", "alag", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
 	var first corev1.Service
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: HoldName(addr.Name)}, &first); err != nil {
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &first); err != nil {
 		t.Fatal(err)
 	}
 
@@ -284,7 +285,7 @@ func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	var remade atomic.Int32
 	go func() {
 		for ev := range w.ResultChan() {
-			if s, ok := ev.Object.(*corev1.Service); ok && ev.Type == watch.Added && s.Name == HoldName(addr.Name) && s.UID != first.UID {
+			if s, ok := ev.Object.(*corev1.Service); ok && ev.Type == watch.Added && s.Name == plan.HoldName(addr.Name) && s.UID != first.UID {
 				remade.Add(1)
 			}
 		}
@@ -417,16 +418,16 @@ func TestAllocationFailedIsReadFromTheCache(t *testing.T) {
 	const ip = "198.51.100.250"
 	attached := web.DeepCopy()
 	attached.Annotations = map[string]string{}
-	v := &addressView{addr: testAddress(ip, Finalizer), ip: netip.MustParseAddr(ip), attached: pinned(attached, ip),
-		now: time.Now(), unserved: unservedWait{since: time.Now().Add(-2 * keptCheckAfter), uid: web.UID}}
+	v := &plan.AddressView{Addr: testAddress(ip, plan.Finalizer), IP: netip.MustParseAddr(ip), Attached: pinned(attached, ip),
+		Now: time.Now(), Unserved: plan.UnservedWait{Since: time.Now().Add(-2 * keptCheckAfter), UID: web.UID}}
 	before = eventReads.Load()
 	if err := testDriver.keptBy(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	if n := eventReads.Load() - before; n != 0 || !v.reported {
-		t.Fatalf("the pass's look at the attached Service read Events from the apiserver %d times (want none), reported %v (want true)", n, v.reported)
+	if n := eventReads.Load() - before; n != 0 || !v.Reported {
+		t.Fatalf("the pass's look at the attached Service read Events from the apiserver %d times (want none), reported %v (want true)", n, v.Reported)
 	}
-	testDriver.memory.forget(v.addr.Name)
+	testDriver.memory.Forget(v.Addr.Name)
 	var cached corev1.EventList
 	if err := testDriver.client.List(ctx, &cached); err != nil {
 		t.Fatal(err)
@@ -472,17 +473,17 @@ func TestClaimGoneUnpinsOnce(t *testing.T) {
 			return false, err
 		}
 		err := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &ipamv1.IPAddress{})
-		return len(PinIPs(&s)) == 0 && client.IgnoreNotFound(err) == nil && err != nil, nil
+		return len(plan.PinIPs(&s)) == 0 && client.IgnoreNotFound(err) == nil && err != nil, nil
 	})
 	quiet(t, time.Second)
 	// Refused writes are logged, not failed on: one answered 404 races the address's own
 	// deletion, and one answered 409 is the optimistic lock that keeps the Service reconciler and
-	// the address reconciler from overwriting each other's attachedTo — both are retried on a
+	// the address reconciler from overwriting each other's AttachedTo — both are retried on a
 	// fresh read. What must not happen twice is the unpin.
 	if _, refused := writesSince(t, "claim gone", before); len(refused) > 0 {
 		t.Logf("refused (and retried) driver writes: %v", refused)
 	}
-	if n := seriesCount(driverEvents(t, ns, string(svc.UID), ReasonDetached)); n != 1 {
+	if n := seriesCount(driverEvents(t, ns, string(svc.UID), plan.ReasonDetached)); n != 1 {
 		t.Errorf("the Service was unpinned %d times, want once", n)
 	}
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), claim); err == nil {

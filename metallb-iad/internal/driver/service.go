@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"maps"
 	"net/netip"
 	"slices"
@@ -150,7 +151,7 @@ func (d *Driver) servicesOfNamespace(ctx context.Context, o client.Object) []rec
 // ownService reports whether a Service is one the driver made for itself: a placeholder or a
 // release Service in its namespace.
 func (d *Driver) ownService(o client.Object) bool {
-	return o.GetNamespace() == d.Namespace && o.GetLabels()[LabelRole] != ""
+	return o.GetNamespace() == d.Namespace && o.GetLabels()[plan.LabelRole] != ""
 }
 
 // markOwn gives one of the driver's own Services the label that keeps it out of the core's cache.
@@ -161,7 +162,7 @@ func markOwn(s *corev1.Service) {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	s.Labels[ipamv1.LabelDriverService] = Provisioner
+	s.Labels[ipamv1.LabelDriverService] = plan.Provisioner
 }
 
 // servicesLinkedTo returns requests for the Services that link to a claim (through the index).
@@ -178,10 +179,10 @@ func (d *Driver) servicesLinkedTo(ctx context.Context, namespace, claim string) 
 // phase. why says what stands in the way when there is none ("" when the Service simply links
 // to nothing).
 func (d *Driver) linkedClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.IPAddressClaim, string, error) {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || svc.Labels[LabelRole] != "" {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil || svc.Labels[plan.LabelRole] != "" {
 		return nil, "", nil
 	}
-	name, auto := LinkedClaim(svc)
+	name, auto := plan.LinkedClaim(svc)
 	var claim ipamv1.IPAddressClaim
 	if err := d.client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, &claim); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -192,26 +193,13 @@ func (d *Driver) linkedClaim(ctx context.Context, svc *corev1.Service) (*ipamv1.
 		}
 		return nil, fmt.Sprintf("IPAddressClaim %s/%s does not exist", svc.Namespace, name), nil
 	}
-	if claim.DeletionTimestamp != nil || (auto && !autoClaimOf(&claim, svc)) {
+	if claim.DeletionTimestamp != nil || (auto && !plan.AutoClaimOf(&claim, svc)) {
 		return nil, "", nil
 	}
 	return &claim, "", nil
 }
 
-// autoClaimOf reports whether a claim of the Service's name is the Service's auto-claim: it
-// carries the auto-claim annotation and, while it has a controller, that controller is this very
-// Service (a re-created Service of the same name does not use the dying claim of the old one).
-func autoClaimOf(claim *ipamv1.IPAddressClaim, svc *corev1.Service) bool {
-	if claim.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
-		return false
-	}
-	if owner := metav1.GetControllerOf(claim); owner != nil && owner.Kind == "Service" && owner.UID != svc.UID {
-		return false
-	}
-	return true
-}
-
-// reconcileService: snapshot → planAttach → writes.
+// reconcileService: snapshot → PlanAttach → writes.
 func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var svc corev1.Service
 	if err := d.client.Get(ctx, req.NamespacedName, &svc); err != nil {
@@ -233,8 +221,8 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p := planAttach(v)
-	return reconcile.Result{RequeueAfter: p.requeue}, d.applyAttachPlan(ctx, fresh, p)
+	p := plan.PlanAttach(v)
+	return reconcile.Result{RequeueAfter: p.Requeue}, d.applyAttachPlan(ctx, fresh, p)
 }
 
 // freshService is the Service as this driver last wrote it when the cache still shows an older
@@ -270,9 +258,9 @@ func (d *Driver) wroteService(s *corev1.Service) {
 	d.expect.Expect(serviceWrittenKey(string(s.UID)), s.ResourceVersion, d.now())
 }
 
-func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attachView, error) {
-	v := attachView{svc: svc, now: d.now(), placeholder: d.ownService(svc)}
-	if v.placeholder {
+func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (plan.AttachView, error) {
+	v := plan.AttachView{Svc: svc, Now: d.now(), Placeholder: d.ownService(svc)}
+	if v.Placeholder {
 		return v, nil
 	}
 	var attached ipamv1.IPAddressList
@@ -286,37 +274,37 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 		} else if err != nil {
 			return v, err
 		}
-		if attachedTo(a.Status.AttachedTo, svc) {
-			v.attachedHere = append(v.attachedHere, a)
+		if plan.AttachedTo(a.Status.AttachedTo, svc) {
+			v.AttachedHere = append(v.AttachedHere, a)
 		}
 	}
 	claim, why, err := d.linkedClaim(ctx, svc)
 	if err != nil {
 		return v, err
 	}
-	if v.park, err = d.parkingWanted(ctx, svc, claim != nil); err != nil {
+	if v.Park, err = d.parkingWanted(ctx, svc, claim != nil); err != nil {
 		return v, err
 	}
 	if claim == nil {
-		v.why = why
+		v.Why = why
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-			v.reserved, err = d.reservedRequested(ctx, svc)
+			v.Reserved, err = d.reservedRequested(ctx, svc)
 		}
 		return v, err
 	}
-	v.claim = claim
+	v.Claim = claim
 	// This driver's own recent writes the cache may not show yet.
-	if pin, ok := d.expect.Pending(pinKey(string(svc.UID)), v.now); ok {
-		if svc.Annotations[AnnotationPinned] == "true" && svc.Annotations[metallb.AnnotationLoadBalancerIPs] == pin {
+	if pin, ok := d.expect.Pending(pinKey(string(svc.UID)), v.Now); ok {
+		if svc.Annotations[plan.AnnotationPinned] == "true" && svc.Annotations[metallb.AnnotationLoadBalancerIPs] == pin {
 			d.expect.Observed(pinKey(string(svc.UID)))
 		} else {
-			v.pinned = pin
+			v.Pinned = pin
 		}
 	}
-	v.attached = map[string]bool{}
-	v.servable = map[string]bool{}
-	v.excluded = map[string]string{}
-	v.elsewhere = map[string]bool{}
+	v.Attached = map[string]bool{}
+	v.Servable = map[string]bool{}
+	v.Excluded = map[string]string{}
+	v.Elsewhere = map[string]bool{}
 	for _, ca := range claim.Status.Addresses {
 		var cached ipamv1.IPAddress
 		err := d.client.Get(ctx, types.NamespacedName{Name: ca.Name}, &cached)
@@ -328,27 +316,27 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 			if !apierrors.IsNotFound(err) {
 				return v, err
 			}
-			v.addrs = append(v.addrs, nil)
+			v.Addrs = append(v.Addrs, nil)
 			continue
 		}
-		v.addrs = append(v.addrs, a)
-		if uid, ok := d.expect.Pending(attachKey(a.Name), v.now); ok {
+		v.Addrs = append(v.Addrs, a)
+		if uid, ok := d.expect.Pending(attachKey(a.Name), v.Now); ok {
 			if at := a.Status.AttachedTo; at != nil && string(at.UID) == uid {
 				d.expect.Observed(attachKey(a.Name))
 			} else {
-				v.attached[a.Name] = uid == string(svc.UID)
+				v.Attached[a.Name] = uid == string(svc.UID)
 			}
 		}
 		var class ipamv1.IPAddressClass
 		if err := d.client.Get(ctx, types.NamespacedName{Name: a.Spec.ClassName}, &class); err == nil {
-			v.servable[a.Name] = class.Spec.Provisioner == Provisioner
-			if v.servable[a.Name] {
-				why, err := d.allocationVerdict(ctx, class.Spec.Parameters[ClassParameterPool], svc)
+			v.Servable[a.Name] = class.Spec.Provisioner == plan.Provisioner
+			if v.Servable[a.Name] {
+				why, err := d.allocationVerdict(ctx, plan.ParseClassParams(&class).Pool, svc)
 				if err != nil {
 					return v, err
 				}
 				if why != "" {
-					v.excluded[a.Name] = why
+					v.Excluded[a.Name] = why
 				}
 			}
 		} else if !apierrors.IsNotFound(err) {
@@ -360,19 +348,19 @@ func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (attac
 			if err != nil && !apierrors.IsNotFound(err) {
 				return v, err
 			}
-			v.elsewhere[a.Name] = err == nil && (at.UID == "" || other.UID == at.UID)
+			v.Elsewhere[a.Name] = err == nil && (at.UID == "" || other.UID == at.UID)
 		}
 		holds, err := d.holdsOf(ctx, a.Name)
 		if err != nil {
 			return v, err
 		}
-		v.holds = append(v.holds, holds...)
+		v.Holds = append(v.Holds, holds...)
 	}
 	return v, nil
 }
 
 // allocationVerdict says why the pool's spec.serviceAllocation does not admit the Service
-// (allocationExcludes), or "" when it does or the pool is missing (its addresses are Lost then,
+// (AllocationExcludes), or "" when it does or the pool is missing (its addresses are Lost then,
 // which the address reconciler reports). The namespaces come from the driver's cache of their
 // metadata, read only for a pool that selects namespaces by label.
 func (d *Driver) allocationVerdict(ctx context.Context, poolName string, svc *corev1.Service) (string, error) {
@@ -387,17 +375,17 @@ func (d *Driver) allocationVerdict(ctx context.Context, poolName string, svc *co
 	if alloc == nil {
 		return "", nil
 	}
-	var namespaces []namespaceLabels
+	var namespaces []plan.NamespaceLabels
 	if len(alloc.NamespaceSelectors) > 0 {
 		list := namespaceMetadataList()
 		if err := d.client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 			return "", err
 		}
 		for _, ns := range list.Items {
-			namespaces = append(namespaces, namespaceLabels{name: ns.Name, labels: ns.Labels})
+			namespaces = append(namespaces, plan.NamespaceLabels{Name: ns.Name, Labels: ns.Labels})
 		}
 	}
-	return allocationExcludes(&pool, namespaces, svc), nil
+	return plan.AllocationExcludes(&pool, namespaces, svc), nil
 }
 
 // namespaceMetadataList lists namespaces from the driver's cache of their metadata (the one the
@@ -412,14 +400,14 @@ func namespaceMetadataList() *metav1.PartialObjectMetadataList {
 // other means than a claim, that are not attached to it.
 func (d *Driver) reservedRequested(ctx context.Context, svc *corev1.Service) ([]*ipamv1.IPAddress, error) {
 	var out []*ipamv1.IPAddress
-	for _, ip := range RequestedIPs(svc) {
+	for _, ip := range plan.RequestedIPs(svc) {
 		var a ipamv1.IPAddress
 		if err := d.client.Get(ctx, types.NamespacedName{Name: ipamv1.AddressName(ip)}, &a); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, err
 		}
-		if a.Spec.Address != ip.String() || attachedTo(a.Status.AttachedTo, svc) {
+		if a.Spec.Address != ip.String() || plan.AttachedTo(a.Status.AttachedTo, svc) {
 			continue
 		}
 		var class ipamv1.IPAddressClass
@@ -428,50 +416,50 @@ func (d *Driver) reservedRequested(ctx context.Context, svc *corev1.Service) ([]
 		} else if err != nil {
 			return nil, err
 		}
-		if class.Spec.Provisioner == Provisioner {
+		if class.Spec.Provisioner == plan.Provisioner {
 			out = append(out, &a)
 		}
 	}
 	return out, nil
 }
 
-// parkingWanted reads the classes parkingWanted needs, only when they can matter.
+// ParkingWanted reads the classes ParkingWanted needs, only when they can matter.
 func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked bool) (bool, error) {
 	if d.NoParking {
 		return false, nil
 	}
-	if !parkable(svc) || linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
-		return parkingWanted(svc, linked, nil), nil
+	if !plan.Parkable(svc) || linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
+		return plan.ParkingWanted(svc, linked, nil), nil
 	}
 	var classes ipamv1.IPAddressClassList
 	if err := d.client.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
-	return parkingWanted(svc, linked, classes.Items), nil
+	return plan.ParkingWanted(svc, linked, classes.Items), nil
 }
 
-func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p attachPlan) error {
-	for _, r := range p.clear {
+func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p plan.AttachPlan) error {
+	for _, r := range p.Clear {
 		d.announce.Clear(svc, r)
 	}
-	if p.detach {
-		wantParked := p.parked != nil && *p.parked
+	if p.Detach {
+		wantParked := p.Parked != nil && *p.Parked
 		if err := d.detach(ctx, svc, wantParked); err != nil {
 			return err
 		}
 		// Parked or unparked here unless the unpin did it (or the admission policy, on the
 		// unpin's write), compared with the Service as last written or read.
-		if p.parked != nil && *p.parked != autoclaim.Parked(svc) {
-			if err := d.setParked(ctx, svc, *p.parked); err != nil {
+		if p.Parked != nil && *p.Parked != autoclaim.Parked(svc) {
+			if err := d.setParked(ctx, svc, *p.Parked); err != nil {
 				return err
 			}
 		}
 	}
 	// 1. Record the attachment; the optimistic lock lets exactly one Service win.
-	for _, a := range p.attach {
+	for _, a := range p.Attach {
 		orig := a.DeepCopy()
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID}
-		setCondition(a, &a.Status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(svc))
+		plan.SetCondition(a, &a.Status, ipamv1.ConditionHeld, true, plan.ReasonAttached, plan.AttachedMessage(svc))
 		if err := d.client.Status().Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err
 		}
@@ -480,21 +468,21 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 	}
 	// 2. Release the holds. (Their names are remembered: should MetalLB keep the IP under one of
 	// them, plan_release.go releases it.)
-	for _, s := range p.deleteHolds {
+	for _, s := range p.DeleteHolds {
 		if err := d.deleteService(ctx, s); err != nil {
 			return err
 		}
-		d.memory.holdDeleted(s.Labels[LabelAddress], s.Name)
+		d.memory.HoldDeleted(s.Labels[plan.LabelAddress], s.Name)
 	}
 	// 3. Pin the Service.
-	if p.pin != "" {
+	if p.Pin != "" {
 		patch := client.MergeFrom(svc.DeepCopy())
 		if svc.Annotations == nil {
 			svc.Annotations = map[string]string{}
 		}
-		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.pin
-		svc.Annotations[AnnotationPinned] = "true"
-		delete(svc.Annotations, AnnotationReleasing)
+		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.Pin
+		svc.Annotations[plan.AnnotationPinned] = "true"
+		delete(svc.Annotations, plan.AnnotationReleasing)
 		if autoclaim.Parked(svc) {
 			delete(svc.Annotations, autoclaim.ParkingAnnotation)
 		}
@@ -502,15 +490,15 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p att
 			return err
 		}
 		d.wroteService(svc)
-		d.expect.Expect(pinKey(string(svc.UID)), p.pin, d.now())
+		d.expect.Expect(pinKey(string(svc.UID)), p.Pin, d.now())
 	}
 	// 4. A re-link: the addresses of the claim the Service left are held again.
-	for _, a := range p.unattach {
+	for _, a := range p.Unattach {
 		if err := d.clearAttachment(ctx, a); err != nil {
 			return err
 		}
 	}
-	d.emit(ctx, p.events)
+	d.emit(ctx, p.Events)
 	return nil
 }
 
@@ -531,7 +519,7 @@ func (d *Driver) detach(ctx context.Context, svc *corev1.Service, park bool) err
 		} else if err != nil {
 			return err
 		}
-		if attachedTo(a.Status.AttachedTo, svc) {
+		if plan.AttachedTo(a.Status.AttachedTo, svc) {
 			if err := d.clearAttachment(ctx, a); err != nil {
 				return err
 			}
@@ -549,7 +537,7 @@ func (d *Driver) clearAttachment(ctx context.Context, a *ipamv1.IPAddress) error
 		return client.IgnoreNotFound(err)
 	}
 	d.wroteAddress(a)
-	d.announce.Recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
+	d.announce.Recorder.Eventf(a, nil, corev1.EventTypeNormal, plan.ReasonDetached, "Detach",
 		"no longer attached to Service %s/%s; held by a placeholder again", at.Namespace, at.Name)
 	return nil
 }
@@ -571,21 +559,21 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		*svc = fresh
 	}
 	d.expect.Observed(pinKey(string(svc.UID)))
-	releasing := svc.Annotations[AnnotationReleasing]
-	_, resuming := svc.Annotations[AnnotationReleasing]
-	if park && !autoclaim.Parked(svc) && svc.Annotations[AnnotationPinned] != "true" && resuming {
+	releasing := svc.Annotations[plan.AnnotationReleasing]
+	_, resuming := svc.Annotations[plan.AnnotationReleasing]
+	if park && !autoclaim.Parked(svc) && svc.Annotations[plan.AnnotationPinned] != "true" && resuming {
 		// An unpin resumed from its releasing record: parked before the status is cleared, so
 		// that MetalLB never serves the Service from an auto-assigning pool meanwhile.
 		if err := d.setParked(ctx, svc, true); err != nil {
 			return err
 		}
 	}
-	if svc.Annotations[AnnotationPinned] == "true" {
+	if svc.Annotations[plan.AnnotationPinned] == "true" {
 		releasing = svc.Annotations[metallb.AnnotationLoadBalancerIPs]
 		patch := client.MergeFrom(svc.DeepCopy())
 		delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
-		delete(svc.Annotations, AnnotationPinned)
-		svc.Annotations[AnnotationReleasing] = releasing
+		delete(svc.Annotations, plan.AnnotationPinned)
+		svc.Annotations[plan.AnnotationReleasing] = releasing
 		if park && !autoclaim.Parked(svc) {
 			// Parked in the same write: never served from an auto-assigning pool meanwhile.
 			svc.Annotations[autoclaim.ParkingAnnotation] = autoclaim.ParkingPool
@@ -595,11 +583,11 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		}
 		d.wroteService(svc)
 	}
-	if _, ok := svc.Annotations[AnnotationReleasing]; !ok {
+	if _, ok := svc.Annotations[plan.AnnotationReleasing]; !ok {
 		return nil
 	}
-	released := parseIPList(releasing)
-	if slices.ContainsFunc(IngressIPs(svc), func(ip netip.Addr) bool { return slices.Contains(released, ip) }) {
+	released := plan.ParseIPList(releasing)
+	if slices.ContainsFunc(plan.IngressIPs(svc), func(ip netip.Addr) bool { return slices.Contains(released, ip) }) {
 		// MetalLB writes this status too: clear it only as read (resourceVersion precondition);
 		// on a conflict the pass runs again on a fresh view and clears only a released IP.
 		status := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -610,12 +598,12 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		d.wroteService(svc)
 	}
 	patch := client.MergeFrom(svc.DeepCopy())
-	delete(svc.Annotations, AnnotationReleasing)
+	delete(svc.Annotations, plan.AnnotationReleasing)
 	if err := d.client.Patch(ctx, svc, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	d.wroteService(svc)
-	d.announce.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonDetached, "Detach",
+	d.announce.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, plan.ReasonDetached, "Detach",
 		"unpinned %s; the claim keeps the address", strings.ReplaceAll(releasing, ",", ", "))
 	return nil
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestStaleIngressOfAServiceThatRequestsNothingIsCleared(t *testing.T) {
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(former), &s); err != nil {
 			return false, err
 		}
-		return len(driverEvents(t, ns, string(s.UID), ReasonStaleIngressCleared)) > 0, nil
+		return len(driverEvents(t, ns, string(s.UID), plan.ReasonStaleIngressCleared)) > 0, nil
 	})
 	conflictNames := func(want string, not string) func() (bool, error) {
 		return func() (bool, error) {

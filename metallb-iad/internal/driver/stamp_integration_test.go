@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestProvisionsFromTheStampedClassNotTheCurrentDefault(t *testing.T) {
 	})
 	ns := newNamespace(t, "stamped")
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner, ipamv1.AnnotationResolvedClass: "stamped-old"}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner, ipamv1.AnnotationResolvedClass: "stamped-old"}},
 		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, claim); err != nil {
 		t.Fatal(err)
@@ -75,7 +76,7 @@ func TestPeriodicSweepRetiresAPlaceholderWhoseClaimEventWasMissed(t *testing.T) 
 	ctx := context.Background()
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "nowhere", Name: "gone", UID: "gone-uid"},
 		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
-	s := ProvisioningService(testDriverNS, ProvisioningName("gone-uid", ipamv1.IPv4, 0), claim, ipamv1.IPv4, "nowhere")
+	s := plan.ProvisioningService(testDriverNS, plan.ProvisioningName("gone-uid", ipamv1.IPv4, 0), claim, ipamv1.IPv4, "nowhere")
 	// Its own events are lost: every pass of its claim is dropped until the placeholder is
 	// older than a sweep period, so that only the sweep can bring the claim back.
 	key := "nowhere/gone"

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"io"
 	"net/http"
 	"os"
@@ -328,13 +329,13 @@ func TestClassAcceptanceFollowsThePool(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
 	class := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "follows"},
-		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: "follows"}}}
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: plan.Provisioner, Parameters: map[string]string{plan.ClassParameterPool: "follows"}}}
 	if err := admin.Create(ctx, class); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "PoolNotFound", func() (bool, error) {
 		c := acceptance(t, "follows")
-		return c != nil && c.Reason == ReasonPoolNotFound, nil
+		return c != nil && c.Reason == plan.ReasonPoolNotFound, nil
 	})
 	no := false
 	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: "follows"},
@@ -353,11 +354,11 @@ func TestClassAcceptanceFollowsThePool(t *testing.T) {
 	}
 	eventually(t, "PoolAutoAssigns after the pool changed", func() (bool, error) {
 		c := acceptance(t, "follows")
-		return c != nil && c.Reason == ReasonPoolAutoAssigns, nil
+		return c != nil && c.Reason == plan.ReasonPoolAutoAssigns, nil
 	})
 	// A class of another driver is left alone.
 	other := &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "not-mine"},
-		Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org", Parameters: map[string]string{ClassParameterPool: "follows"}}}
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org", Parameters: map[string]string{plan.ClassParameterPool: "follows"}}}
 	if err := admin.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
@@ -378,8 +379,8 @@ func TestProvisioningContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "contract"},
-		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, ReclaimPolicy: ipamv1.ReclaimDelete,
-			Parameters: map[string]string{ClassParameterPool: "contract"}}}); err != nil {
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: plan.Provisioner, ReclaimPolicy: ipamv1.ReclaimDelete,
+			Parameters: map[string]string{plan.ClassParameterPool: "contract"}}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the class to be accepted", func() (bool, error) {
@@ -387,7 +388,7 @@ func TestProvisioningContract(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "c",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "contract", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, claim); err != nil {
 		t.Fatal(err)
@@ -399,7 +400,7 @@ func TestProvisioningContract(t *testing.T) {
 
 	// 1. A placeholder: selectorless, LoadBalancer, no node ports, single-stack, naming the pool.
 	var p corev1.Service
-	key := client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
+	key := client.ObjectKey{Namespace: testDriverNS, Name: plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
 	eventually(t, "the provisioning placeholder", func() (bool, error) { return true, admin.Get(ctx, key, &p) })
 	if p.Spec.Type != corev1.ServiceTypeLoadBalancer || p.Spec.Selector != nil || p.Spec.AllocateLoadBalancerNodePorts == nil ||
 		*p.Spec.AllocateLoadBalancerNodePorts || len(p.Spec.Ports) != 1 || *p.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack ||
@@ -415,12 +416,12 @@ func TestProvisioningContract(t *testing.T) {
 	var a ipamv1.IPAddress
 	eventually(t, "the IPAddress", func() (bool, error) { return true, admin.Get(ctx, client.ObjectKey{Name: "ip-198-51-100-3"}, &a) })
 	if a.Spec.Address != "198.51.100.3" || a.Spec.ClassName != "contract" || a.Spec.ReclaimPolicy != ipamv1.ReclaimDelete ||
-		a.Spec.ClaimRef == nil || a.Spec.ClaimRef.UID != claim.UID || a.Finalizers[0] != Finalizer {
+		a.Spec.ClaimRef == nil || a.Spec.ClaimRef.UID != claim.UID || a.Finalizers[0] != plan.Finalizer {
 		t.Fatalf("IPAddress does not follow the contract: %+v %v", a.Spec, a.Finalizers)
 	}
 	eventually(t, "the placeholder to become the pinned hold", func() (bool, error) {
 		err := admin.Get(ctx, key, &p)
-		return p.Labels[LabelRole] == RoleHold && p.Labels[LabelAddress] == a.Name &&
+		return p.Labels[plan.LabelRole] == plan.RoleHold && p.Labels[plan.LabelAddress] == a.Name &&
 			p.Annotations[metallb.AnnotationLoadBalancerIPs] == "198.51.100.3", err
 	})
 	eventually(t, "Held=True", func() (bool, error) {
@@ -469,7 +470,7 @@ func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := admin.Create(ctx, &ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: "orphans"},
-		Spec: ipamv1.IPAddressClassSpec{Provisioner: Provisioner, Parameters: map[string]string{ClassParameterPool: "orphans"}}}); err != nil {
+		Spec: ipamv1.IPAddressClassSpec{Provisioner: plan.Provisioner, Parameters: map[string]string{plan.ClassParameterPool: "orphans"}}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the class to be accepted", func() (bool, error) {
@@ -477,7 +478,7 @@ func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "gone-early",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
 		Spec: ipamv1.IPAddressClaimSpec{ClassName: "orphans", Family: ipamv1.IPv4}}
 	if err := admin.Create(ctx, claim); err != nil {
 		t.Fatal(err)
@@ -486,7 +487,7 @@ func TestProvisioningPlaceholderGoesWithItsClaim(t *testing.T) {
 	if err := admin.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKey{Namespace: testDriverNS, Name: ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
+	key := client.ObjectKey{Namespace: testDriverNS, Name: plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}
 	var p corev1.Service
 	eventually(t, "the provisioning placeholder", func() (bool, error) { return true, admin.Get(ctx, key, &p) })
 	if err := admin.Delete(ctx, claim); err != nil {

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -32,64 +32,64 @@ const ReasonNotServed = "NotServed"
 // MetalLB may merely not have got to it.
 const DefaultNotServedAfter = 10 * time.Minute
 
-// unservedWait is the driver's memory of an attached Service waiting unserved: since when, and
+// UnservedWait is the driver's memory of an attached Service waiting unserved: since when, and
 // which Service (a re-link may attach another one to the address before a pass sees it free).
-type unservedWait struct {
-	since time.Time
-	uid   types.UID
+type UnservedWait struct {
+	Since time.Time
+	UID   types.UID
 	// said: the Warning was sent for this wait. Held can show another reason meanwhile (the
 	// driver releasing a stale allocation for the Service, plan_release.go), and the Warning
 	// is still said once.
-	said bool
+	Said bool
 }
 
 // planNotServed reports an attached Service MetalLB has not served for v.notServedAfter (unserved
 // says it waits now), from the driver's memory of when it first saw it so (v.unserved), and keeps
 // that memory.
-func planNotServed(v addressView, unserved bool, status *ipamv1.IPAddressStatus, p *addressPlan) {
-	held := findCondition(v.addr, ipamv1.ConditionHeld)
+func planNotServed(v AddressView, unserved bool, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+	held := findCondition(v.Addr, ipamv1.ConditionHeld)
 	// A KeptByMetalLB condition told the Service already (planKeptForService).
 	said := held != nil && held.Status == metav1.ConditionFalse && (held.Reason == ReasonNotServed || held.Reason == ReasonKeptByMetalLB)
 	var since time.Time
-	if v.attached != nil && v.unserved.uid == v.attached.UID {
-		since, said = v.unserved.since, said || v.unserved.said
+	if v.Attached != nil && v.Unserved.UID == v.Attached.UID {
+		since, said = v.Unserved.Since, said || v.Unserved.Said
 	}
 	if !unserved {
-		if !v.unserved.since.IsZero() {
-			p.unserved = &unservedWait{} // forget (this Service's wait, or another's)
+		if !v.Unserved.Since.IsZero() {
+			p.Unserved = &UnservedWait{} // forget (this Service's wait, or another's)
 		}
 		return
 	}
 	if since.IsZero() {
-		since = v.now
+		since = v.Now
 		if said {
 			// Said before this driver restarted (its memory went with it): still due.
-			since = held.LastTransitionTime.Add(-v.notServedAfter)
+			since = held.LastTransitionTime.Add(-v.NotServedAfter)
 		}
-		p.unserved = &unservedWait{since: since, uid: v.attached.UID}
+		p.Unserved = &UnservedWait{Since: since, UID: v.Attached.UID}
 	}
-	if v.notServedAfter <= 0 {
+	if v.NotServedAfter <= 0 {
 		return
 	}
-	if wait := v.notServedAfter - v.now.Sub(since); wait > 0 && !said {
+	if wait := v.NotServedAfter - v.Now.Sub(since); wait > 0 && !said {
 		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): looked
 		// at again when it would be due (at most a minute away, as every re-check).
-		p.requeue = driverkit.Sooner(p.requeue, min(wait, driverkit.MaxRecheck))
+		p.Requeue = driverkit.Sooner(p.Requeue, min(wait, driverkit.MaxRecheck))
 		return
 	}
-	s := v.attached
-	setCondition(v.addr, status, ipamv1.ConditionHeld, false, ReasonNotServed,
+	s := v.Attached
+	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonNotServed,
 		fmt.Sprintf("attached to Service %s/%s, which MetalLB has not served %s for over %s: see the Service's events and MetalLB's controller log",
-			s.Namespace, s.Name, v.ip, v.notServedAfter))
+			s.Namespace, s.Name, v.IP, v.NotServedAfter))
 	if !said {
 		// Said once per wait, when the condition turns, after its write (a failed write says it
 		// again on the next pass, not twice); the memory (kept after the write) remembers it
 		// while Held shows another reason, and a restart of the driver says nothing new while
 		// Held still shows NotServed.
-		p.unserved = &unservedWait{since: since, uid: s.UID, said: true}
-		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonNotServed,
-			message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service) for over %s; its controller log says why (after a restart MetalLB can keep an address for a Service that no longer exists: restarting its controller frees it)",
-				v.ip, v.addr.Name, v.notServedAfter)})
+		p.Unserved = &UnservedWait{Since: since, UID: s.UID, Said: true}
+		p.Events = append(p.Events, Event{Obj: s, Warning: true, Reason: ReasonNotServed,
+			Message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service) for over %s; its controller log says why (after a restart MetalLB can keep an address for a Service that no longer exists: restarting its controller frees it)",
+				v.IP, v.Addr.Name, v.NotServedAfter)})
 	}
-	p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(since, v.now, time.Second))
+	p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(since, v.Now, time.Second))
 }

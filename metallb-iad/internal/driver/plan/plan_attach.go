@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -38,121 +38,121 @@ const (
 var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable,
 	ReasonReservedAddressRequested, ReasonForeignLoadBalancerClass, ReasonPoolExcludesService}
 
-// attachView is what the Service reconciler reads about one Service.
-type attachView struct {
-	svc *corev1.Service
+// AttachView is what the Service reconciler reads about one Service.
+type AttachView struct {
+	Svc *corev1.Service
 	// placeholder: the Service is one of the driver's own.
-	placeholder bool
+	Placeholder bool
 	// claim is the claim the Service links to (any phase), nil when none; why says what stands
 	// in the way when the Service names a claim that does not exist.
-	claim *ipamv1.IPAddressClaim
-	why   string
+	Claim *ipamv1.IPAddressClaim
+	Why   string
 	// addrs are the claim's addresses as its status lists them (nil: not in the cache yet), and
 	// servable says whether each one's class is this driver's.
-	addrs    []*ipamv1.IPAddress
-	servable map[string]bool
+	Addrs    []*ipamv1.IPAddress
+	Servable map[string]bool
 	// excluded says, per address of the claim, why its pool's spec.serviceAllocation does not
-	// admit the Service (allocationExcludes); absent when it does.
-	excluded map[string]string
+	// admit the Service (AllocationExcludes); absent when it does.
+	Excluded map[string]string
 	// elsewhere says, per address of the claim attached to another Service, whether that
 	// Service still exists.
-	elsewhere map[string]bool
-	// attachedHere are the addresses whose attachedTo names this Service.
-	attachedHere []*ipamv1.IPAddress
+	Elsewhere map[string]bool
+	// attachedHere are the addresses whose AttachedTo names this Service.
+	AttachedHere []*ipamv1.IPAddress
 	// holds are the hold placeholders of the claim's addresses.
-	holds []*corev1.Service
+	Holds []*corev1.Service
 	// pinned is the pin this driver wrote on the Service a moment ago and attached the
-	// addresses it recorded attachedTo on, while the cache does not show them yet.
-	pinned   string
-	attached map[string]bool
-	// park: the Service should be parked while it has no pin of this driver (parkingWanted).
-	park bool
+	// addresses it recorded AttachedTo on, while the cache does not show them yet.
+	Pinned   string
+	Attached map[string]bool
+	// park: the Service should be parked while it has no pin of this driver (ParkingWanted).
+	Park bool
 	// reserved are the addresses of this driver whose IP the Service requests by other means
 	// than a claim (RequestedIPs) and is not attached to.
-	reserved []*ipamv1.IPAddress
-	now      time.Time
+	Reserved []*ipamv1.IPAddress
+	Now      time.Time
 }
 
-// attachPlan is what the Service reconciler writes, in this crash-safe order: record attachedTo
+// AttachPlan is what the Service reconciler writes, in this crash-safe order: record AttachedTo
 // on the claim's addresses (the optimistic lock lets one Service win), delete their holds, pin
 // the Service; then end the attachments it no longer has (a re-link). Or, on detach: unpin the
-// Service and clear attachedTo on its addresses.
-type attachPlan struct {
-	attach      []*ipamv1.IPAddress
-	deleteHolds []*corev1.Service
-	pin         string
-	unattach    []*ipamv1.IPAddress
-	detach      bool
+// Service and clear AttachedTo on its addresses.
+type AttachPlan struct {
+	Attach      []*ipamv1.IPAddress
+	DeleteHolds []*corev1.Service
+	Pin         string
+	Unattach    []*ipamv1.IPAddress
+	Detach      bool
 	// park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
 	// when there is one, else in a patch of their own.
-	park, unpark bool
+	Park, unpark bool
 	// parked is the parked state wanted once the pass is done (nil: leave it as it is).
-	parked *bool
-	events []event
+	Parked *bool
+	Events []Event
 	// clear are the lasting-condition reasons no longer true of the Service.
-	clear   []string
-	requeue time.Duration
+	Clear   []string
+	Requeue time.Duration
 }
 
 // pendingWarnAfter is how long a Service and its claim may be new before a claim that is not
 // Bound is warned about (ClaimNotReady).
 const pendingWarnAfter = 15 * time.Second
 
-// planAttach applies the link rule's outcome to a Service: attach it to its Bound claim's
+// PlanAttach applies the link rule's outcome to a Service: attach it to its Bound claim's
 // addresses, keep it while the claim is Lost, or detach it; a Service detached (or never
-// attached) is parked or unparked as parkingWanted says.
-func planAttach(v attachView) attachPlan {
+// attached) is parked or unparked as ParkingWanted says.
+func PlanAttach(v AttachView) AttachPlan {
 	p := planAttachment(v)
-	if v.claim == nil && v.why == "" && v.park && p.requeue == 0 {
+	if v.Claim == nil && v.Why == "" && v.Park && p.Requeue == 0 {
 		// Parked for an auto-claim the core has not made yet: the claim's event brings it back,
 		// and a re-check makes sure of it (docs/design.md#nothing-waits-on-an-event-alone).
-		p.requeue = driverkit.Recheck(v.svc.CreationTimestamp.Time, v.now, time.Second)
+		p.Requeue = driverkit.Recheck(v.Svc.CreationTimestamp.Time, v.Now, time.Second)
 	}
-	if p.detach && p.pin == "" && !parkingUntouched(v.svc) {
+	if p.Detach && p.Pin == "" && !parkingUntouched(v.Svc) {
 		// Decided against the Service as the pass read it; applied against the Service as
 		// written (the unpin may read a fresher one): p.parked is the state wanted.
-		parked := autoclaim.Parked(v.svc)
-		p.park = v.park && !parked
-		p.unpark = !v.park && parked
-		p.parked = &v.park
+		parked := autoclaim.Parked(v.Svc)
+		p.Park = v.Park && !parked
+		p.unpark = !v.Park && parked
+		p.Parked = &v.Park
 	}
 	return p
 }
 
-func planAttachment(v attachView) attachPlan {
-	var p attachPlan
-	svc := v.svc
-	if v.placeholder {
+func planAttachment(v AttachView) AttachPlan {
+	var p AttachPlan
+	svc := v.Svc
+	if v.Placeholder {
 		return p
 	}
 	say := func(reason, msg string, names ...any) {
-		p.events = append(p.events, event{obj: svc, warning: true, reason: reason, message: msg, once: true, names: names})
-		p.clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
+		p.Events = append(p.Events, Event{Obj: svc, Warning: true, Reason: reason, Message: msg, Once: true, Names: names})
+		p.Clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
 	}
-	wait := func() { p.requeue = driverkit.Recheck(svc.CreationTimestamp.Time, v.now, time.Second) }
+	wait := func() { p.Requeue = driverkit.Recheck(svc.CreationTimestamp.Time, v.Now, time.Second) }
 	lb := svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil
-	claim := v.claim
+	claim := v.Claim
 	switch {
 	case !lb || claim == nil:
 		switch {
-		case lb && v.why != "":
-			say(ReasonClaimNotReady, v.why+"; the Service gets its address once the claim is Bound")
+		case lb && v.Why != "":
+			say(ReasonClaimNotReady, v.Why+"; the Service gets its address once the claim is Bound")
 			wait()
-		case lb && len(v.reserved) > 0:
-			say(ReasonReservedAddressRequested, reservedRequestedMessage(svc, v.reserved), "reservedFor", reservedFor(v.reserved))
+		case lb && len(v.Reserved) > 0:
+			say(ReasonReservedAddressRequested, reservedRequestedMessage(svc, v.Reserved), "reservedFor", reservedFor(v.Reserved))
 		default:
-			p.clear = serviceReasons
+			p.Clear = serviceReasons
 		}
-		p.detach = true
+		p.Detach = true
 		return p
-	case foreignClass(svc):
+	case ForeignClass(svc):
 		// MetalLB never serves it: attaching would delete the hold and leave the IP free in
 		// MetalLB for anyone. The address stays held. (The class cannot change while the Service
 		// stays a LoadBalancer, so there is nothing to wait for; a Service attached before this
 		// rule existed is detached, and its address held again.)
 		say(ReasonForeignLoadBalancerClass, fmt.Sprintf("spec.loadBalancerClass %q gives the Service to another load-balancer implementation, not MetalLB, "+
 			"so it cannot use claim %s's addresses, which stay reserved; use a Service without spec.loadBalancerClass", *svc.Spec.LoadBalancerClass, claim.Name))
-		p.detach = true
+		p.Detach = true
 		return p
 	case claim.Status.Phase == ipamv1.ClaimLost:
 		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides. Only
@@ -160,17 +160,17 @@ func planAttachment(v attachView) attachPlan {
 		// claim's pin (docs/design.md#attach-detach-and-re-link: it ends with the new claim's
 		// addresses only). (Not one the core let go of: its teardown waits for this Service's
 		// detach.)
-		if slices.ContainsFunc(v.attachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
-			for _, a := range v.attachedHere {
+		if slices.ContainsFunc(v.AttachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
+			for _, a := range v.AttachedHere {
 				if !ownAddress(claim, a) {
-					p.unattach = append(p.unattach, a)
+					p.Unattach = append(p.Unattach, a)
 				}
 			}
 			return p
 		}
 		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is Lost; the Service gets no address from it", claim.Namespace, claim.Name))
 		wait()
-		p.detach = true
+		p.Detach = true
 		return p
 	case claim.Status.Phase != ipamv1.ClaimBound:
 		// A claim made with (or for) the Service is Pending for a moment on the normal path (an
@@ -179,27 +179,27 @@ func planAttachment(v attachView) attachPlan {
 		if claim.CreationTimestamp.After(since) {
 			since = claim.CreationTimestamp.Time
 		}
-		if quiet := since.Add(pendingWarnAfter).Sub(v.now); quiet > 0 {
-			p.requeue = min(quiet, pendingWarnAfter) // (another clock's timestamps)
+		if quiet := since.Add(pendingWarnAfter).Sub(v.Now); quiet > 0 {
+			p.Requeue = min(quiet, pendingWarnAfter) // (another clock's timestamps)
 		} else {
 			say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
 				claim.Namespace, claim.Name, orPending(claim.Status.Phase)))
 			wait()
 		}
-		p.detach = true
+		p.Detach = true
 		return p
 	case !FamiliesFit(svc, claim.Spec.Family):
 		say(ReasonFamilyMismatch, fmt.Sprintf("the Service's IP families %v do not match claim %s (%s); set spec.ipFamilies and spec.ipFamilyPolicy to match",
 			svc.Spec.IPFamilies, claim.Name, claim.Spec.Family))
-		p.detach = true
+		p.Detach = true
 		return p
 	}
 	want := PinValue(claim.Status.Addresses)
-	wantIPs := parseIPList(want)
+	wantIPs := ParseIPList(want)
 	if foreign := ForeignPins(svc); len(foreign) > 0 {
 		// An admin pinned exactly the claim's addresses by hand: adopt the pin (the Service keeps
 		// its address throughout). Anything else is not ours to overwrite.
-		if !(len(foreign) == 1 && foreign[0] == metallb.AnnotationLoadBalancerIPs && sameIPs(PinIPs(svc), wantIPs)) {
+		if !(len(foreign) == 1 && foreign[0] == metallb.AnnotationLoadBalancerIPs && SameIPs(PinIPs(svc), wantIPs)) {
 			say(ReasonForeignPin, fmt.Sprintf("the Service already requests addresses through %s; remove it to use claim %s",
 				strings.Join(foreign, ", "), claim.Name))
 			return p
@@ -207,45 +207,45 @@ func planAttachment(v attachView) attachPlan {
 	}
 	// The claim's status is the core's word; each address must agree (bound to this claim, of
 	// a class of this driver) before the Service gets it.
-	for i, a := range v.addrs {
+	for i, a := range v.Addrs {
 		if a == nil {
 			wait()
 			return p // the cache has not shown the address yet
 		}
 		// An address an admin deleted stays the claim's while the core protects it: it attaches
 		// as before; only one the core let go of is not servable.
-		if !driverkit.BoundTo(a, claim) || !v.servable[a.Name] || driverkit.TeardownMayStart(a) {
+		if !driverkit.BoundTo(a, claim) || !v.Servable[a.Name] || driverkit.TeardownMayStart(a) {
 			say(ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
 				claim.Status.Addresses[i].Name, claim.Name))
 			wait()
 			// A Service attached to it lets go: the address's teardown waits for this detach
 			// (the Service reconciler alone unpins).
-			p.detach = slices.ContainsFunc(v.attachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
+			p.Detach = slices.ContainsFunc(v.AttachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
 			return p
 		}
-		if why := v.excluded[a.Name]; why != "" {
+		if why := v.Excluded[a.Name]; why != "" {
 			// MetalLB would refuse the Service the address: the address stays held. The pool or
 			// the namespace's labels may change without an event of this Service: a re-check.
 			say(ReasonPoolExcludesService, fmt.Sprintf("%s; MetalLB would not give it claim %s's address %s, which stays reserved",
 				why, claim.Name, a.Spec.Address))
 			wait()
-			p.detach = true
+			p.Detach = true
 			return p
 		}
-		if at := a.Status.AttachedTo; at != nil && !attachedTo(at, svc) {
+		if at := a.Status.AttachedTo; at != nil && !AttachedTo(at, svc) {
 			if at.Namespace == svc.Namespace && at.Name == svc.Name {
 				continue // an earlier Service of the same name, gone: this one takes over
 			}
-			if v.elsewhere[a.Name] {
+			if v.Elsewhere[a.Name] {
 				// A tenant reads this: a Service of another namespace is not named (the address's
-				// attachedTo, and the log, name it for an admin).
+				// AttachedTo, and the log, name it for an admin).
 				user := "a Service of another namespace (IPAddress " + a.Name + " names it)"
 				if at.Namespace == svc.Namespace {
 					user = "Service " + at.Namespace + "/" + at.Name
 				}
 				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by %s; a claim serves one Service", claim.Name, user),
 					"attachedTo", at.Namespace+"/"+at.Name, "address", a.Name)
-				p.detach = true
+				p.Detach = true
 				wait()
 				return p
 			}
@@ -253,22 +253,22 @@ func planAttachment(v attachView) attachPlan {
 			return p // the other Service is gone; the address's pass ends its attachment first
 		}
 	}
-	p.clear = serviceReasons
-	for _, a := range v.addrs {
-		if at := a.Status.AttachedTo; (at == nil || !attachedTo(at, svc) || at.UID != svc.UID) && !v.attached[a.Name] {
-			p.attach = append(p.attach, a)
+	p.Clear = serviceReasons
+	for _, a := range v.Addrs {
+		if at := a.Status.AttachedTo; (at == nil || !AttachedTo(at, svc) || at.UID != svc.UID) && !v.Attached[a.Name] {
+			p.Attach = append(p.Attach, a)
 		}
 	}
-	p.deleteHolds = v.holds
+	p.DeleteHolds = v.Holds
 	_, releasingLeft := svc.Annotations[AnnotationReleasing]
 	// A parked Service (autoclaim.ParkingPool) is unparked by the pin: MetalLB refuses a pin
 	// together with another pool.
-	if (!sameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft || autoclaim.Parked(svc)) && v.pinned != want {
-		p.pin = want
+	if (!SameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft || autoclaim.Parked(svc)) && v.Pinned != want {
+		p.Pin = want
 	}
-	for _, a := range v.attachedHere {
-		if !slices.ContainsFunc(v.addrs, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name }) {
-			p.unattach = append(p.unattach, a) // re-link: the Service moved to another claim
+	for _, a := range v.AttachedHere {
+		if !slices.ContainsFunc(v.Addrs, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name }) {
+			p.Unattach = append(p.Unattach, a) // re-link: the Service moved to another claim
 		}
 	}
 	return p
@@ -279,9 +279,9 @@ func ownAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) bool {
 	return slices.ContainsFunc(claim.Status.Addresses, func(ca ipamv1.ClaimedAddress) bool { return ca.Name == a.Name })
 }
 
-// attachedTo reports whether an attachment names the Service (namespace, name, and uid unless
+// AttachedTo reports whether an attachment names the Service (namespace, name, and uid unless
 // not recorded); no attachment (nil) names none.
-func attachedTo(at *ipamv1.AttachmentReference, svc *corev1.Service) bool {
+func AttachedTo(at *ipamv1.AttachmentReference, svc *corev1.Service) bool {
 	return at != nil && at.Namespace == svc.Namespace && at.Name == svc.Name && (at.UID == "" || at.UID == svc.UID)
 }
 

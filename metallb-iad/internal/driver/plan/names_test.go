@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"net/netip"
@@ -132,7 +132,7 @@ func TestClassVerdict(t *testing.T) {
 		{"rival on another pool", me, pool(&no), []ipamv1.IPAddressClass{class("old", "q", at.Add(-time.Hour))}, ReasonAccepted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reason, msg := classVerdict(&tc.class, tc.pool, tc.rivals, "cozy-metallb")
+			reason, msg := ClassVerdict(&tc.class, tc.pool, tc.rivals, "cozy-metallb")
 			if reason != tc.want || msg == "" {
 				t.Fatalf("got %s (%q), want %s", reason, msg, tc.want)
 			}

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -10,15 +10,15 @@ import (
 )
 
 // ipRange is an inclusive range of addresses of one family.
-type ipRange struct{ first, last netip.Addr }
+type ipRange struct{ first, Last netip.Addr }
 
 func (r ipRange) contains(ip netip.Addr) bool {
-	return ip.BitLen() == r.first.BitLen() && r.first.Compare(ip) <= 0 && ip.Compare(r.last) <= 0
+	return ip.BitLen() == r.first.BitLen() && r.first.Compare(ip) <= 0 && ip.Compare(r.Last) <= 0
 }
 
 // size is the number of addresses in the range (big for IPv6).
 func (r ipRange) size() *big.Int {
-	a, b := new(big.Int).SetBytes(r.first.AsSlice()), new(big.Int).SetBytes(r.last.AsSlice())
+	a, b := new(big.Int).SetBytes(r.first.AsSlice()), new(big.Int).SetBytes(r.Last.AsSlice())
 	return b.Sub(b, a).Add(b, big.NewInt(1))
 }
 
@@ -71,8 +71,8 @@ func poolContains(pool *metallb.IPAddressPool, ip netip.Addr) bool {
 	return false
 }
 
-// poolSize is the number of addresses in a pool, as a float (IPv6 pools are huge).
-func poolSize(pool *metallb.IPAddressPool) float64 {
+// PoolSize is the number of addresses in a pool, as a float (IPv6 pools are huge).
+func PoolSize(pool *metallb.IPAddressPool) float64 {
 	ranges, err := parsePoolAddresses(pool.Spec.Addresses)
 	if err != nil {
 		return 0

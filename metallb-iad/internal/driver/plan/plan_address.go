@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -42,136 +40,136 @@ const (
 	ReasonOutsidePool = "OutsidePool"
 )
 
-// addressView is what the address reconciler reads about one IPAddress.
-type addressView struct {
-	addr *ipamv1.IPAddress
-	ip   netip.Addr
+// AddressView is what the address reconciler reads about one IPAddress.
+type AddressView struct {
+	Addr *ipamv1.IPAddress
+	IP   netip.Addr
 	// class is the address's class (nil when missing); pool the MetalLB pool it names (nil
 	// when missing).
-	class *ipamv1.IPAddressClass
-	pool  *metallb.IPAddressPool
+	Class *ipamv1.IPAddressClass
+	Pool  *metallb.IPAddressPool
 	// holds are the hold placeholders labelled with this address.
-	holds []*corev1.Service
+	Holds []*corev1.Service
 	// holdExpected: this driver created a hold the cache does not show yet.
-	holdExpected bool
-	// attached is the Service status.attachedTo names, when it still exists (same uid);
-	// attachedGone says attachedTo names a Service that is gone or was replaced.
-	attached     *corev1.Service
-	attachedGone bool
+	HoldExpected bool
+	// attached is the Service status.AttachedTo names, when it still exists (same uid);
+	// attachedGone says AttachedTo names a Service that is gone or was replaced.
+	Attached     *corev1.Service
+	AttachedGone bool
 	// holders are the other Services whose load-balancer ingress or spec.externalIPs include
 	// the IP.
-	holders []holder
+	Holders []Holder
 
 	// cleared are the times this driver cleared a holder's stale ingress of this IP, by the
 	// holder's uid (the last clearLimit, within clearMemoryFor).
-	cleared map[types.UID][]time.Time
+	Cleared map[types.UID][]time.Time
 
 	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
-	// for those mayNudge).
-	failedAt map[types.UID]time.Time
+	// for those MayNudge).
+	FailedAt map[types.UID]time.Time
 	// keptBy are the Services outside the driver's namespace ("ns/name") that MetalLB's latest
-	// reports say use the IP and that have been gone for keptGrace (keptVerdict); keptRecheck is
+	// reports say use the IP and that have been gone for KeptGrace (KeptVerdict); keptRecheck is
 	// when the next named one is due (zero: none); reported: some report was read at all (an
 	// Event MetalLB wrote more than an hour ago is gone).
-	keptBy      []string
-	keptRecheck time.Duration
-	reported    bool
+	KeptBy      []string
+	KeptRecheck time.Duration
+	Reported    bool
 	// metallbPassed is how far MetalLB has got (metallbProgress).
-	metallbPassed metallbMark
+	MetallbPassed MetallbMark
 
 	// stale is what the pass knows of MetalLB's possibly kept allocations of the IP
 	// (plan_release.go); releaseFor is how long a release Service lives, releaseAfter how long an
 	// attached Service waits unserved before the driver releases.
-	stale        staleView
-	releaseFor   time.Duration
-	releaseAfter time.Duration
+	Stale        staleView
+	ReleaseFor   time.Duration
+	ReleaseAfter time.Duration
 
 	// unserved is this driver's memory of an attached Service's wait unserved (zero when none);
 	// notServedAfter how long before it says so (plan_notserved.go).
-	unserved       unservedWait
-	notServedAfter time.Duration
+	Unserved       UnservedWait
+	NotServedAfter time.Duration
 
-	namespace  string
-	now        time.Time
-	nudgeAfter time.Duration
+	Namespace  string
+	Now        time.Time
+	NudgeAfter time.Duration
 }
 
 // holder is a Service that shows the address's IP.
-type holder struct {
-	svc           *corev1.Service
-	inIngress     bool
-	inExternalIPs bool
+type Holder struct {
+	Svc           *corev1.Service
+	InIngress     bool
+	InExternalIPs bool
 	// linksToClaim: the Service links (link rule) to the address's claim.
-	linksToClaim bool
+	LinksToClaim bool
 }
 
 // ingressClear is a stale holder whose ingress is cleared, and what is said on success.
 type ingressClear struct {
-	svc  *corev1.Service
-	said event
+	Svc  *corev1.Service
+	Said Event
 }
 
-// addressPlan is what the address reconciler writes, in this order: the finalizer; on teardown
+// AddressPlan is what the address reconciler writes, in this order: the finalizer; on teardown
 // (once the Service reconciler detached the Service) the holds' deletion, then the finalizer's
 // removal; otherwise the holds (create, pin, nudge, delete surplus) and then the driver's status.
-type addressPlan struct {
-	addFinalizer    bool
-	deleteHolds     []*corev1.Service
-	removeFinalizer bool
-	createHold      *corev1.Service
-	pinHold         *corev1.Service
-	nudge           *corev1.Service
+type AddressPlan struct {
+	AddFinalizer    bool
+	DeleteHolds     []*corev1.Service
+	RemoveFinalizer bool
+	CreateHold      *corev1.Service
+	PinHold         *corev1.Service
+	Nudge           *corev1.Service
 	// clearIngress are Services whose load-balancer status shows the IP although nothing on
 	// them requests it (staleHolder): their status is cleared, which makes MetalLB let go, and
 	// the event said once it was.
-	clearIngress []ingressClear
+	ClearIngress []ingressClear
 	// release are the release Services to create and delete (plan_release.go).
-	release releasePlan
+	Release ReleasePlan
 	// unserved is the new memory of the attached Service's wait unserved; a zero one forgets it
 	// (plan_notserved.go).
-	unserved *unservedWait
+	Unserved *UnservedWait
 	// status is the driver's part of the status to write, nil when unchanged.
-	status *ipamv1.IPAddressStatus
-	events []event
+	Status *ipamv1.IPAddressStatus
+	Events []Event
 	// unsay are the say-once memories of conditions that ended, so that a recurrence is said
 	// again.
-	unsay   []unsay
-	requeue time.Duration
+	Unsay   []Unsay
+	Requeue time.Duration
 }
 
-// planAddress decides the writes for one address: teardown once the core let go, else the
+// PlanAddress decides the writes for one address: teardown once the core let go, else the
 // hold invariant (exactly one placeholder pinned to an address not attached to a live Service),
 // Lost, Conflict, and the end of an attachment whose Service is gone.
-func planAddress(v addressView) addressPlan {
-	var p addressPlan
-	a := v.addr
-	ours := v.class != nil && v.class.Spec.Provisioner == Provisioner
+func PlanAddress(v AddressView) AddressPlan {
+	var p AddressPlan
+	a := v.Addr
+	ours := v.Class != nil && v.Class.Spec.Provisioner == Provisioner
 	if a.DeletionTimestamp != nil {
 		if driverkit.TeardownMayStart(a) {
-			if !controllerutil.ContainsFinalizer(a, Finalizer) {
+			if !slices.Contains(a.Finalizers, Finalizer) {
 				// Torn down already (or our finalizer was removed by hand): a hold left over,
 				// for instance one labelled while the address was going, ends too.
-				p.deleteHolds = v.holds
+				p.DeleteHolds = v.Holds
 				return p
 			}
 			return planTeardown(v)
 		}
 		// The core still protects the address (Bound to a live claim), even if our finalizer
 		// was removed by hand: nothing changes for the IP until the core lets go.
-	} else if ours && !controllerutil.ContainsFinalizer(a, Finalizer) {
+	} else if ours && !slices.Contains(a.Finalizers, Finalizer) {
 		// Addresses an admin created by hand are torn down the same way.
-		p.addFinalizer = true
+		p.AddFinalizer = true
 	}
 	if !ours {
 		return p
 	}
 
 	status := a.Status.DeepCopy()
-	if v.attachedGone {
+	if v.AttachedGone {
 		at := status.AttachedTo
 		status.AttachedTo = nil
-		p.events = append(p.events, event{obj: a, reason: ReasonDetached,
-			message: fmt.Sprintf("Service %s/%s is gone; the address is held by a placeholder again", at.Namespace, at.Name)})
+		p.Events = append(p.Events, Event{Obj: a, Reason: ReasonDetached,
+			Message: fmt.Sprintf("Service %s/%s is gone; the address is held by a placeholder again", at.Namespace, at.Name)})
 	}
 	lostReason, lostMessage := lostVerdict(v)
 	adopter := adoptingService(v)
@@ -179,81 +177,81 @@ func planAddress(v addressView) addressPlan {
 	// a deleted placeholder (plan_release.go).
 	var waiting *corev1.Service
 	// Each clear is said once it succeeded (clears are few: clearEvery, clearLimit).
-	for _, h := range v.holders {
+	for _, h := range v.Holders {
 		if !staleHolder(v, adopter, h) {
 			continue
 		}
-		if due, wait := clearDue(v.cleared[h.svc.UID], v.now); !due {
-			p.requeue = driverkit.Sooner(p.requeue, wait)
+		if due, wait := clearDue(v.Cleared[h.Svc.UID], v.Now); !due {
+			p.Requeue = driverkit.Sooner(p.Requeue, wait)
 			continue
 		}
-		p.clearIngress = append(p.clearIngress, ingressClear{svc: h.svc, said: event{obj: h.svc, warning: true,
-			reason:  ReasonStaleIngressCleared,
-			message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.ip, a.Name)}})
+		p.ClearIngress = append(p.ClearIngress, ingressClear{Svc: h.Svc, Said: Event{Obj: h.Svc, Warning: true,
+			Reason:  ReasonStaleIngressCleared,
+			Message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.IP, a.Name)}})
 	}
 
 	switch {
-	case v.attached != nil:
+	case v.Attached != nil:
 		// The Service reconciler deletes the holds between recording the attachment and pinning
 		// (and finishes that after a crash). A hold still there once the Service is pinned to
 		// the IP is a leftover, and goes; before that it is the Service reconciler's to delete.
-		if v.attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.attached), v.ip) {
-			p.deleteHolds = v.holds
+		if v.Attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.Attached), v.IP) {
+			p.DeleteHolds = v.Holds
 		}
-		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, attachedMessage(v.attached))
-		if lostReason == "" && attachedUnserved(&v) {
-			waiting = v.attached
+		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, AttachedMessage(v.Attached))
+		if lostReason == "" && AttachedUnserved(&v) {
+			waiting = v.Attached
 		}
 		planNotServed(v, waiting != nil, status, &p)
 	case lostReason != "":
 		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.
-		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
+		SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
 	case adopter != nil:
 		// A Service already serves the IP and links to the address's claim (an admin's pin being
 		// adopted): it attaches next; holding the IP now would only fight it.
-		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
+		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
 			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
 		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): the
 		// adoption is looked at again.
-		p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
+		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
 	default:
 		waiting = planHold(v, status, &p)
 	}
-	if v.attached == nil && !v.unserved.since.IsZero() {
-		p.unserved = &unservedWait{} // no attached Service waits any more
+	if v.Attached == nil && !v.Unserved.Since.IsZero() {
+		p.Unserved = &UnservedWait{} // no attached Service waits any more
 	}
 	planRelease(v, waiting, status, &p)
-	if waiting != nil && waiting == v.attached && v.kept() {
+	if waiting != nil && waiting == v.Attached && v.kept() {
 		// MetalLB refuses the attached Service for a deleted Service of another namespace: what
 		// the driver could release would not help, and the admin is told what does.
 		planKeptForService(v, status, &p)
 	}
-	p.requeue = driverkit.Sooner(p.requeue, v.keptRecheck)
+	p.Requeue = driverkit.Sooner(p.Requeue, v.KeptRecheck)
 
 	if lostReason != "" {
-		setCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
-		p.events = append(p.events, event{obj: a, warning: true, reason: ReasonLost, message: lostMessage, once: true})
+		SetCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
+		p.Events = append(p.Events, Event{Obj: a, Warning: true, Reason: ReasonLost, Message: lostMessage, Once: true})
 		// A pool or class event usually ends Lost; a scheduled re-check makes sure of it.
-		p.requeue = driverkit.Sooner(p.requeue, driverkit.Recheck(conditionSince(a, ipamv1.ConditionLost, v.now), v.now, time.Second))
+		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(conditionSince(a, ipamv1.ConditionLost, v.Now), v.Now, time.Second))
 	} else if meta.FindStatusCondition(status.Conditions, ipamv1.ConditionLost) != nil {
-		setCondition(a, status, ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
+		SetCondition(a, status, ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
 		if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
 			// Said once while it lasted; a recurrence is said again.
-			p.unsay = append(p.unsay, unsay{obj: a, topic: ReasonLost})
+			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ReasonLost})
 		}
 	}
 
 	if c := findCondition(a, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
 		if now := meta.FindStatusCondition(status.Conditions, ipamv1.ConditionHeld); now == nil || now.Reason != ReasonKeptByMetalLB {
 			// Said once while it lasted; a recurrence is said again.
-			p.unsay = append(p.unsay, unsay{obj: a, topic: ReasonKeptByMetalLB})
+			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ReasonKeptByMetalLB})
 		}
 	}
 
 	planConflict(v, adopter, status, &p)
 
 	if !equalDriverStatus(&a.Status, status) {
-		p.status = status
+		p.Status = status
 	}
 	return p
 }
@@ -261,47 +259,47 @@ func planAddress(v addressView) addressPlan {
 // planTeardown releases a deleted address once the core let go: an attached Service is unpinned
 // (only a pin of ours that names the IP), the holds go, then the finalizer; MetalLB returns the
 // IP to the pool.
-func planTeardown(v addressView) addressPlan {
-	if s := v.attached; s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.ip) {
+func planTeardown(v AddressView) AddressPlan {
+	if s := v.Attached; s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.IP) {
 		// The Service reconciler detaches it (it alone unpins a Service: one write, not two
 		// racing ones); the finalizer stays until then, so the IP is never freed under a pin.
-		return addressPlan{requeue: driverkit.Recheck(v.addr.DeletionTimestamp.Time, v.now, time.Second)}
+		return AddressPlan{Requeue: driverkit.Recheck(v.Addr.DeletionTimestamp.Time, v.Now, time.Second)}
 	}
-	return addressPlan{deleteHolds: v.holds, removeFinalizer: true}
+	return AddressPlan{DeleteHolds: v.Holds, RemoveFinalizer: true}
 }
 
 // planHold keeps exactly one placeholder pinned to an address that no Service uses. It returns
 // the hold MetalLB has not served yet (nil when none).
-func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *corev1.Service {
-	a := v.addr
-	if len(v.holds) == 0 {
+func planHold(v AddressView, status *ipamv1.IPAddressStatus, p *AddressPlan) *corev1.Service {
+	a := v.Addr
+	if len(v.Holds) == 0 {
 		switch {
-		case v.holdExpected || settlingPlaceholder(v) != nil:
+		case v.HoldExpected || settlingPlaceholder(v) != nil:
 			// Created (or being relabelled from the provisioning placeholder MetalLB gave the
 			// IP) by this driver; the cache has not shown the hold yet. No status either: the
 			// next pass, with the hold in view, writes it once.
-			p.requeue = time.Second
+			p.Requeue = time.Second
 			return nil
 		case releasingHolder(v) != nil:
 			// A Service this driver unpinned still shows the IP: a hold now would only get
 			// MetalLB's AllocationFailed. Wait for MetalLB to let go.
 			s := releasingHolder(v)
-			setCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
-				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.ip, s.Namespace, s.Name))
-			p.requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.now), v.now, time.Second)
+			SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
+				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.IP, s.Namespace, s.Name))
+			p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
 			return nil
 		default:
-			p.createHold = HoldService(v.namespace, a.Name, v.ip, v.class.Spec.Parameters[ClassParameterPool])
-			p.requeue = v.nudgeAfter
+			p.CreateHold = HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool)
+			p.Requeue = v.NudgeAfter
 		}
-		setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, v.namespace, HoldName(a.Name)))
+		SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, v.Namespace, HoldName(a.Name)))
 		return nil
 	}
-	holds := slices.Clone(v.holds)
+	holds := slices.Clone(v.Holds)
 	// Keep the one MetalLB serves (else the oldest); a second one is a leftover.
 	slices.SortStableFunc(holds, func(x, y *corev1.Service) int {
-		xs, ys := slices.Contains(IngressIPs(x), v.ip), slices.Contains(IngressIPs(y), v.ip)
+		xs, ys := slices.Contains(IngressIPs(x), v.IP), slices.Contains(IngressIPs(y), v.IP)
 		if xs != ys {
 			if xs {
 				return -1
@@ -314,12 +312,12 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 		return strings.Compare(x.Name, y.Name)
 	})
 	hold := holds[0]
-	p.deleteHolds = holds[1:]
-	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.ip.String() {
-		p.pinHold = hold
+	p.DeleteHolds = holds[1:]
+	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String() {
+		p.PinHold = hold
 	}
-	if slices.Contains(IngressIPs(hold), v.ip) {
-		setCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
+	if slices.Contains(IngressIPs(hold), v.IP) {
+		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
 		return nil
 	}
 	if v.kept() {
@@ -327,16 +325,16 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 		// does. The restart of MetalLB's controller passes over every Service and serves the
 		// hold by itself; the address is looked at again a minute from now.
 		planKept(v, v.keptMessage(), status, p)
-		p.requeue = driverkit.MaxRecheck
+		p.Requeue = driverkit.MaxRecheck
 		return hold
 	}
-	setCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.ip, hold.Namespace, hold.Name))
-	nudge, wait := nudgeDue(hold, v.now, v.nudgeAfter, v.failedAt[hold.UID], v.metallbPassed)
+	SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, hold.Namespace, hold.Name))
+	nudge, wait := nudgeDue(hold, v.Now, v.NudgeAfter, v.FailedAt[hold.UID], v.MetallbPassed)
 	if nudge {
-		p.nudge = hold
+		p.Nudge = hold
 	}
-	p.requeue = wait
+	p.Requeue = wait
 	return hold
 }
 
@@ -352,8 +350,8 @@ func planHold(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) *co
 // once MetalLB has served nothing new for silenceCap either (stuck, or never seen serving):
 // while it keeps serving the placeholders touched before this one, it is working through a
 // backlog in order and will get to this one.
-func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time, mark metallbMark) (bool, time.Duration) {
-	last := lastTouch(s)
+func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time, mark MetallbMark) (bool, time.Duration) {
+	last := LastTouch(s)
 	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
 	every = min(every, driverkit.MaxRecheck)
 	if wait := every - now.Sub(last); wait > 0 {
@@ -369,8 +367,8 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 	// 10,000 claims looking every quarter of its age cost the claim controller about twenty
 	// passes per claim.
 	look := min(max(nudgeAfter, now.Sub(s.CreationTimestamp.Time)), driverkit.MaxRecheck)
-	stalled := mark.movedAt.IsZero() || now.Sub(mark.movedAt) >= silenceCap
-	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (mark.passed.After(last) || (silent >= silenceCap && stalled)) {
+	stalled := mark.MovedAt.IsZero() || now.Sub(mark.MovedAt) >= silenceCap
+	if silent := now.Sub(last); silent >= driverkit.MaxRecheck && (mark.Passed.After(last) || (silent >= silenceCap && stalled)) {
 		return true, every
 	}
 	return false, look
@@ -380,8 +378,8 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 // else either (a mark that does not move), before it is nudged.
 const silenceCap = 5 * time.Minute
 
-// lastTouch is when a placeholder was created or last nudged.
-func lastTouch(s *corev1.Service) time.Time {
+// LastTouch is when a placeholder was created or last nudged.
+func LastTouch(s *corev1.Service) time.Time {
 	last := s.CreationTimestamp.Time
 	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationNudge]); err == nil && t.After(last) {
 		last = t
@@ -389,23 +387,23 @@ func lastTouch(s *corev1.Service) time.Time {
 	return last
 }
 
-// mayNudge: a placeholder MetalLB has not served, untouched for nudgeAfter, for which the
+// MayNudge: a placeholder MetalLB has not served, untouched for nudgeAfter, for which the
 // snapshot looks up MetalLB's AllocationFailed reports.
-func mayNudge(s *corev1.Service, now time.Time, nudgeAfter time.Duration) bool {
-	return len(IngressIPs(s)) == 0 && now.Sub(lastTouch(s)) >= nudgeAfter
+func MayNudge(s *corev1.Service, now time.Time, nudgeAfter time.Duration) bool {
+	return len(IngressIPs(s)) == 0 && now.Sub(LastTouch(s)) >= nudgeAfter
 }
 
 // lostVerdict says why MetalLB can no longer serve the address, or "" when it can: the class's
 // pool is unset, gone, or no longer includes the IP (shrunk, or the class names another pool).
-func lostVerdict(v addressView) (reason, message string) {
-	name := v.class.Spec.Parameters[ClassParameterPool]
+func lostVerdict(v AddressView) (reason, message string) {
+	name := ParseClassParams(v.Class).Pool
 	switch {
 	case name == "":
-		return ReasonPoolNotSet, fmt.Sprintf("class %s names no MetalLB pool; MetalLB cannot serve %s", v.class.Name, v.ip)
-	case v.pool == nil:
-		return ReasonPoolNotFound, fmt.Sprintf("IPAddressPool %s of class %s no longer exists; MetalLB cannot serve %s", name, v.class.Name, v.ip)
-	case !poolContains(v.pool, v.ip):
-		return ReasonOutsidePool, fmt.Sprintf("IPAddressPool %s of class %s no longer includes %s", name, v.class.Name, v.ip)
+		return ReasonPoolNotSet, fmt.Sprintf("class %s names no MetalLB pool; MetalLB cannot serve %s", v.Class.Name, v.IP)
+	case v.Pool == nil:
+		return ReasonPoolNotFound, fmt.Sprintf("IPAddressPool %s of class %s no longer exists; MetalLB cannot serve %s", name, v.Class.Name, v.IP)
+	case !poolContains(v.Pool, v.IP):
+		return ReasonOutsidePool, fmt.Sprintf("IPAddressPool %s of class %s no longer includes %s", name, v.Class.Name, v.IP)
 	}
 	return "", ""
 }
@@ -413,13 +411,13 @@ func lostVerdict(v addressView) (reason, message string) {
 // adoptingService is a Service that serves the IP and links to the address's claim while the
 // address is not attached yet. Not one of another load-balancer class: the Service reconciler
 // never attaches it, so waiting for it would leave the IP unheld in MetalLB.
-func adoptingService(v addressView) *corev1.Service {
-	if v.attached != nil || v.addr.Spec.ClaimRef == nil {
+func adoptingService(v AddressView) *corev1.Service {
+	if v.Attached != nil || v.Addr.Spec.ClaimRef == nil {
 		return nil
 	}
-	for _, h := range v.holders {
-		if h.inIngress && h.linksToClaim && !foreignClass(h.svc) {
-			return h.svc
+	for _, h := range v.Holders {
+		if h.InIngress && h.LinksToClaim && !ForeignClass(h.Svc) {
+			return h.Svc
 		}
 	}
 	return nil
@@ -427,10 +425,10 @@ func adoptingService(v addressView) *corev1.Service {
 
 // settlingPlaceholder is a provisioning placeholder of this driver that MetalLB gave the IP: the
 // claim reconciler is making it this address's hold (or handing it over).
-func settlingPlaceholder(v addressView) *corev1.Service {
-	for _, h := range v.holders {
-		if h.inIngress && h.svc.Namespace == v.namespace && h.svc.Labels[LabelRole] == RoleProvisioning {
-			return h.svc
+func settlingPlaceholder(v AddressView) *corev1.Service {
+	for _, h := range v.Holders {
+		if h.InIngress && h.Svc.Namespace == v.Namespace && h.Svc.Labels[LabelRole] == RoleProvisioning {
+			return h.Svc
 		}
 	}
 	return nil
@@ -439,10 +437,10 @@ func settlingPlaceholder(v addressView) *corev1.Service {
 // releasingHolder is a Service that still shows the IP in its ingress while it is on its way
 // out: this driver unpinned it (the releasing record names the IP), or pinned it (a re-link to
 // other addresses, or a view of it older than the address's). None is a conflict.
-func releasingHolder(v addressView) *corev1.Service {
-	for _, h := range v.holders {
-		if h.inIngress && releasing(h.svc, v.ip) || staleHolder(v, adoptingService(v), h) {
-			return h.svc
+func releasingHolder(v AddressView) *corev1.Service {
+	for _, h := range v.Holders {
+		if h.InIngress && releasing(h.Svc, v.IP) || staleHolder(v, adoptingService(v), h) {
+			return h.Svc
 		}
 	}
 	return nil
@@ -458,19 +456,19 @@ func releasingHolder(v addressView) *corev1.Service {
 // driver finishes the release itself: clearing the status makes MetalLB drop its state for the
 // Service (docs/design.md#attach-detach-and-re-link). A Service that does request the IP, or that
 // another implementation serves, stays a Conflict.
-func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
-	s := h.svc
-	if !h.inIngress || h.inExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {
+func staleHolder(v AddressView, adopter *corev1.Service, h Holder) bool {
+	s := h.Svc
+	if !h.InIngress || h.InExternalIPs || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil {
 		return false
 	}
 	// Only while MetalLB hands the IP out on request alone: the IP inside the class's pool, and
 	// that pool not auto-assigning (with an auto-assigning pool, or none, the class is refused
 	// and the premise is false). Never for a Lost address: an IP the class's pool no longer
 	// includes may well be served, unasked and rightly, from another pool an admin gave it to.
-	if v.pool == nil || v.pool.Spec.AutoAssign == nil || *v.pool.Spec.AutoAssign || !poolContains(v.pool, v.ip) {
+	if v.Pool == nil || v.Pool.Spec.AutoAssign == nil || *v.Pool.Spec.AutoAssign || !poolContains(v.Pool, v.IP) {
 		return false
 	}
-	if v.class == nil {
+	if v.Class == nil {
 		return false
 	}
 	if reason, _ := lostVerdict(v); reason != "" {
@@ -478,13 +476,13 @@ func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 	}
 	// A Service cleared clearLimit times within clearMemoryFor that shows the IP again is not
 	// showing MetalLB's stale memory (something keeps writing it): a Conflict for an admin.
-	if len(v.cleared[s.UID]) >= clearLimit {
+	if len(v.Cleared[s.UID]) >= clearLimit {
 		return false
 	}
-	if (v.attached != nil && s.UID == v.attached.UID) || (adopter != nil && s.UID == adopter.UID) {
+	if (v.Attached != nil && s.UID == v.Attached.UID) || (adopter != nil && s.UID == adopter.UID) {
 		return false
 	}
-	if s.Namespace == v.namespace && (s.Labels[LabelAddress] != "" || s.Labels[LabelRole] != "") {
+	if s.Namespace == v.Namespace && (s.Labels[LabelAddress] != "" || s.Labels[LabelRole] != "") {
 		return false // this driver's own Services
 	}
 	if _, ok := s.Annotations[AnnotationReleasing]; ok || s.Annotations[AnnotationPinned] == "true" {
@@ -496,8 +494,8 @@ func staleHolder(v addressView, adopter *corev1.Service, h holder) bool {
 // servedUnasked: a Service MetalLB serves that requests no address, showing the IP of an
 // address that is Lost because the class's pool no longer includes it (MetalLB gave the IP from
 // whichever pool includes it now).
-func servedUnasked(v addressView, s *corev1.Service) bool {
-	if v.class == nil || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil || len(ForeignPins(s)) > 0 {
+func servedUnasked(v AddressView, s *corev1.Service) bool {
+	if v.Class == nil || s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.LoadBalancerClass != nil || len(ForeignPins(s)) > 0 {
 		return false
 	}
 	reason, _ := lostVerdict(v)
@@ -509,7 +507,7 @@ func servedUnasked(v addressView, s *corev1.Service) bool {
 // or this driver's cache may show the Service from before a write its address view already
 // includes (two informers, two lags): either way the Service reconciler is moving it.
 func releasing(s *corev1.Service, ip netip.Addr) bool {
-	if r, ok := s.Annotations[AnnotationReleasing]; ok && slices.Contains(parseIPList(r), ip) {
+	if r, ok := s.Annotations[AnnotationReleasing]; ok && slices.Contains(ParseIPList(r), ip) {
 		return true
 	}
 	return s.Annotations[AnnotationPinned] == "true"
@@ -538,33 +536,33 @@ func clearDue(cleared []time.Time, now time.Time) (bool, time.Duration) {
 // planConflict sets Conflict while a Service other than the attached one, the address's holds
 // and an adopting Service shows the IP: in its load-balancer status, or in spec.externalIPs
 // (kube-proxy routes those to that Service's endpoints).
-func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddressStatus, p *addressPlan) {
-	a := v.addr
+func planConflict(v AddressView, adopter *corev1.Service, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+	a := v.Addr
 	var wrongful []string
-	for _, h := range v.holders {
-		s := h.svc
-		isAttached := v.attached != nil && s.UID == v.attached.UID
+	for _, h := range v.Holders {
+		s := h.Svc
+		isAttached := v.Attached != nil && s.UID == v.Attached.UID
 		var why string
 		switch {
-		case h.inExternalIPs && !isAttached:
-			why = fmt.Sprintf("lists %s, reserved as IPAddress %s, in spec.externalIPs; remove it there", v.ip, a.Name)
-		case !h.inIngress || isAttached || (adopter != nil && s.UID == adopter.UID) || releasing(s, v.ip) ||
+		case h.InExternalIPs && !isAttached:
+			why = fmt.Sprintf("lists %s, reserved as IPAddress %s, in spec.externalIPs; remove it there", v.IP, a.Name)
+		case !h.InIngress || isAttached || (adopter != nil && s.UID == adopter.UID) || releasing(s, v.IP) ||
 			staleHolder(v, adopter, h) ||
-			(s.Namespace == v.namespace && s.Labels[LabelAddress] == a.Name) ||
-			(s.Namespace == v.namespace && s.Labels[LabelRole] == RoleProvisioning):
+			(s.Namespace == v.Namespace && s.Labels[LabelAddress] == a.Name) ||
+			(s.Namespace == v.Namespace && s.Labels[LabelRole] == RoleProvisioning):
 			// (A provisioning placeholder of this driver is settled by the claim reconciler.)
 			continue
 		case servedUnasked(v, s):
 			// A Lost address's IP, served from a pool other than the class's: the tenant did
 			// nothing wrong; the admin decides where the IP belongs.
 			why = fmt.Sprintf("holds %s, reserved as IPAddress %s, which MetalLB assigned it from another pool: the class's pool no longer includes it; "+
-				"an admin can return the IP to that pool or release the address", v.ip, a.Name)
+				"an admin can return the IP to that pool or release the address", v.IP, a.Name)
 		default:
-			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.ip, a.Name)
+			why = fmt.Sprintf("holds %s, reserved as IPAddress %s; remove the MetalLB annotation or spec.loadBalancerIP that requests it", v.IP, a.Name)
 		}
 		wrongful = append(wrongful, s.Namespace+"/"+s.Name)
-		p.events = append(p.events, event{obj: s, warning: true, reason: ReasonServiceConflict, message: why, once: true,
-			topic: ReasonServiceConflict + "/" + a.Name})
+		p.Events = append(p.Events, Event{Obj: s, Warning: true, Reason: ReasonServiceConflict, Message: why, Once: true,
+			Topic: ReasonServiceConflict + "/" + a.Name})
 	}
 	slices.Sort(wrongful)
 	if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
@@ -574,27 +572,27 @@ func planConflict(v addressView, adopter *corev1.Service, status *ipamv1.IPAddre
 			ns, name, _ := strings.Cut(w, "/")
 			keep = append(keep, types.NamespacedName{Namespace: ns, Name: name})
 		}
-		p.unsay = append(p.unsay, unsay{topic: ReasonServiceConflict + "/" + a.Name, keep: keep})
+		p.Unsay = append(p.Unsay, Unsay{Topic: ReasonServiceConflict + "/" + a.Name, Keep: keep})
 	}
 	if len(wrongful) == 0 {
 		if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
-			setCondition(a, status, ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
-			p.events = append(p.events, event{obj: a, reason: ReasonConflictResolved, message: fmt.Sprintf("no other Service holds %s any more", v.ip)})
-			p.unsay = append(p.unsay, unsay{obj: a, topic: ipamv1.ConditionConflict})
+			SetCondition(a, status, ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
+			p.Events = append(p.Events, Event{Obj: a, Reason: ReasonConflictResolved, Message: fmt.Sprintf("no other Service holds %s any more", v.IP)})
+			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ipamv1.ConditionConflict})
 		}
 		return
 	}
-	msg := fmt.Sprintf("Service %s holds %s outside the reservation", strings.Join(wrongful, ", "), v.ip)
-	setCondition(a, status, ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
-	p.events = append(p.events, event{obj: a, warning: true, reason: ipamv1.ConditionConflict, message: msg, once: true})
+	msg := fmt.Sprintf("Service %s holds %s outside the reservation", strings.Join(wrongful, ", "), v.IP)
+	SetCondition(a, status, ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
+	p.Events = append(p.Events, Event{Obj: a, Warning: true, Reason: ipamv1.ConditionConflict, Message: msg, Once: true})
 }
 
 // unsay forgets what was said once about a condition that ended: about obj, or (obj nil) about
 // every object but keep.
-type unsay struct {
-	obj   client.Object
-	topic string
-	keep  []types.NamespacedName
+type Unsay struct {
+	Obj   Object
+	Topic string
+	Keep  []types.NamespacedName
 }
 
 // conditionSince is when the address's condition last changed status, or now when it has none:
@@ -606,11 +604,11 @@ func conditionSince(a *ipamv1.IPAddress, typ string, now time.Time) time.Time {
 	return now
 }
 
-func attachedMessage(s *corev1.Service) string {
+func AttachedMessage(s *corev1.Service) string {
 	return fmt.Sprintf("attached to Service %s/%s", s.Namespace, s.Name)
 }
 
-func setCondition(a *ipamv1.IPAddress, status *ipamv1.IPAddressStatus, typ string, ok bool, reason, message string) {
+func SetCondition(a *ipamv1.IPAddress, status *ipamv1.IPAddressStatus, typ string, ok bool, reason, message string) {
 	s := metav1.ConditionFalse
 	if ok {
 		s = metav1.ConditionTrue
@@ -619,7 +617,7 @@ func setCondition(a *ipamv1.IPAddress, status *ipamv1.IPAddressStatus, typ strin
 		Type: typ, Status: s, Reason: reason, Message: message, ObservedGeneration: a.Generation})
 }
 
-// equalDriverStatus compares the fields the driver owns (attachedTo, conditions without their
+// equalDriverStatus compares the fields the driver owns (AttachedTo, conditions without their
 // transition times).
 func equalDriverStatus(a, b *ipamv1.IPAddressStatus) bool {
 	if (a.AttachedTo == nil) != (b.AttachedTo == nil) || (a.AttachedTo != nil && *a.AttachedTo != *b.AttachedTo) {

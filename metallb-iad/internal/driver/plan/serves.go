@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -15,20 +15,20 @@ import (
 // Service MetalLB will serve: attaching deletes the address's hold, so an attach to a Service
 // MetalLB ignores or refuses would leave the IP free in MetalLB for anyone else to take.
 
-// foreignClass reports whether a Service names another load-balancer implementation in
+// ForeignClass reports whether a Service names another load-balancer implementation in
 // spec.loadBalancerClass: MetalLB (run, as here, without a class of its own) leaves such a
 // Service alone.
-func foreignClass(svc *corev1.Service) bool {
+func ForeignClass(svc *corev1.Service) bool {
 	return svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != ""
 }
 
-// namespaceLabels is one namespace's name and labels.
-type namespaceLabels struct {
-	name   string
-	labels map[string]string
+// NamespaceLabels is one namespace's name and labels.
+type NamespaceLabels struct {
+	Name   string
+	Labels map[string]string
 }
 
-// allocationExcludes says why MetalLB gives none of the pool's addresses to the Service under the
+// AllocationExcludes says why MetalLB gives none of the pool's addresses to the Service under the
 // pool's spec.serviceAllocation, or "" when the allocation admits it. It decides as MetalLB's
 // allocator does: the namespaces the allocation lists, together with every namespace of the
 // cluster (namespaces) one of its namespace selectors matches, form a set that, unless empty, must
@@ -37,7 +37,7 @@ type namespaceLabels struct {
 // so does one whose namespace selectors match no namespace and that lists none (MetalLB's set is
 // empty then too). A selector MetalLB cannot parse makes it reject the pool: the driver then takes
 // the Service as not served. namespaces is read only when the allocation has namespace selectors.
-func allocationExcludes(pool *metallb.IPAddressPool, namespaces []namespaceLabels, svc *corev1.Service) string {
+func AllocationExcludes(pool *metallb.IPAddressPool, namespaces []NamespaceLabels, svc *corev1.Service) string {
 	alloc := pool.Spec.ServiceAllocation
 	if alloc == nil {
 		return ""
@@ -49,8 +49,8 @@ func allocationExcludes(pool *metallb.IPAddressPool, namespaces []namespaceLabel
 			return fmt.Sprintf("IPAddressPool %s has a namespace selector MetalLB cannot use (%v)", pool.Name, err)
 		}
 		for _, ns := range namespaces {
-			if sel.Matches(labels.Set(ns.labels)) {
-				allowed = append(allowed, ns.name)
+			if sel.Matches(labels.Set(ns.Labels)) {
+				allowed = append(allowed, ns.Name)
 			}
 		}
 	}

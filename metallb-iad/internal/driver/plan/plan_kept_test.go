@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"slices"
@@ -28,7 +28,7 @@ func TestKeptCandidates(t *testing.T) {
 		{"a name said twice counts once", []string{said + "a/gone", said + "a/gone, b/other"}, nil,
 			[]types.NamespacedName{{Namespace: "a", Name: "gone"}, {Namespace: "b", Name: "other"}}},
 	} {
-		if got := keptCandidates(tc.messages, "cozy-metallb-iad", tc.attached); !slices.Equal(got, tc.want) {
+		if got := KeptCandidates(tc.messages, "cozy-metallb-iad", tc.attached); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -44,12 +44,12 @@ func TestKeptVerdict(t *testing.T) {
 		wantRecheck time.Duration
 	}{
 		{"nothing gone", nil, false, nil, 0},
-		{"just seen gone: not yet, looked at again when due", map[string]time.Time{"a/x": now.Add(-5 * time.Second)}, false, nil, keptGrace - 5*time.Second},
-		{"gone for the grace", map[string]time.Time{"a/x": now.Add(-keptGrace)}, false, []string{"a/x"}, 0},
-		{"one due, one not", map[string]time.Time{"a/x": now.Add(-time.Minute), "b/y": now.Add(-10 * time.Second)}, false, []string{"a/x"}, keptGrace - 10*time.Second},
+		{"just seen gone: not yet, looked at again when due", map[string]time.Time{"a/x": now.Add(-5 * time.Second)}, false, nil, KeptGrace - 5*time.Second},
+		{"gone for the grace", map[string]time.Time{"a/x": now.Add(-KeptGrace)}, false, []string{"a/x"}, 0},
+		{"one due, one not", map[string]time.Time{"a/x": now.Add(-time.Minute), "b/y": now.Add(-10 * time.Second)}, false, []string{"a/x"}, KeptGrace - 10*time.Second},
 		{"said before (the driver restarted and forgot): no new grace", map[string]time.Time{"a/x": now}, true, []string{"a/x"}, 0},
 	} {
-		got, recheck := keptVerdict(tc.gone, now, tc.said)
+		got, recheck := KeptVerdict(tc.gone, now, tc.said)
 		if !slices.Equal(got, tc.want) || recheck != tc.wantRecheck {
 			t.Errorf("%s: %v, %s; want %v, %s", tc.name, got, recheck, tc.want, tc.wantRecheck)
 		}

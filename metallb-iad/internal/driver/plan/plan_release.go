@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -63,21 +63,21 @@ type staleView struct {
 	// names are the Services of the driver's namespace under which MetalLB may keep the IP:
 	// those MetalLB's AllocationFailed on the hold names (known), else, for an attached Service
 	// MetalLB does not serve, the names this driver could have held the IP under.
-	names []string
-	known bool
+	Names []string
+	Known bool
 	// free are the names confirmed (uncached) not to exist; looked up only when a round is due.
-	free map[string]bool
+	Free map[string]bool
 	// releases are the release Services of this address.
-	releases []*corev1.Service
+	Releases []*corev1.Service
 	// since is when this driver first saw the IP wait so, last when it last released names
 	// (its memory; zero when none); remembered: the memory has names of holds it deleted.
-	since, last time.Time
-	remembered  bool
+	Since, Last time.Time
+	Remembered  bool
 }
 
 // staleWait is the driver's memory of one address's wait (see staleView).
 type staleWait struct {
-	since, last time.Time
+	Since, Last time.Time
 }
 
 // staleNames parses MetalLB's AllocationFailed message ("… address also in use by ns/a,ns/b")
@@ -126,49 +126,49 @@ func keptByMessage(ip netip.Addr, kept []string) string {
 		ip, strings.Join(kept, ", "))
 }
 
-// attachedUnserved: the address is attached to a Service this driver pinned to its IP, and
+// AttachedUnserved: the address is attached to a Service this driver pinned to its IP, and
 // MetalLB does not show the IP in the Service's status.
-func attachedUnserved(v *addressView) bool {
-	s := v.attached
-	return s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.ip) &&
-		!slices.Contains(IngressIPs(s), v.ip)
+func AttachedUnserved(v *AddressView) bool {
+	s := v.Attached
+	return s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.IP) &&
+		!slices.Contains(IngressIPs(s), v.IP)
 }
 
 // ipServed: the Service that should show the IP does: the attached one, else a hold.
-func ipServed(v *addressView) bool {
-	if v.attached != nil {
-		return slices.Contains(IngressIPs(v.attached), v.ip)
+func ipServed(v *AddressView) bool {
+	if v.Attached != nil {
+		return slices.Contains(IngressIPs(v.Attached), v.IP)
 	}
-	return slices.ContainsFunc(v.holds, func(h *corev1.Service) bool { return slices.Contains(IngressIPs(h), v.ip) })
+	return slices.ContainsFunc(v.Holds, func(h *corev1.Service) bool { return slices.Contains(IngressIPs(h), v.IP) })
 }
 
-// staleCandidates says under which names of the driver's namespace MetalLB may keep the
+// StaleCandidates says under which names of the driver's namespace MetalLB may keep the
 // address's IP, and whether MetalLB said so itself. For a hold MetalLB refused, the names its
 // latest AllocationFailed gives (message by hold uid); for an attached Service MetalLB does not
 // serve (its events are in the tenant's namespace, which this driver may not read), the hold's
 // name, the claim's first provisioning names and the names of the holds this driver deleted for
 // the attach (deleted, from its memory). None when the IP is Lost.
-func staleCandidates(v *addressView, messages map[string]string, deleted ...string) ([]string, bool) {
+func StaleCandidates(v *AddressView, messages map[string]string, deleted ...string) ([]string, bool) {
 	// (An address an admin deleted that the core still protects is held or served as before,
 	// so it is released for as before; one whose teardown began never gets here.)
-	if v.class == nil || v.class.Spec.Provisioner != Provisioner || driverkit.TeardownMayStart(v.addr) {
+	if v.Class == nil || v.Class.Spec.Provisioner != Provisioner || driverkit.TeardownMayStart(v.Addr) {
 		return nil, false
 	}
 	if r, _ := lostVerdict(*v); r != "" {
 		return nil, false
 	}
-	if v.attached != nil {
-		if v.releaseAfter <= 0 || !attachedUnserved(v) || v.kept() {
+	if v.Attached != nil {
+		if v.ReleaseAfter <= 0 || !AttachedUnserved(v) || v.kept() {
 			// (MetalLB said it keeps the IP for a deleted Service of another namespace: no name
 			// of the driver's would help.)
 			return nil, false
 		}
-		for _, h := range v.holders {
-			if h.inIngress && h.svc.UID != v.attached.UID {
+		for _, h := range v.Holders {
+			if h.InIngress && h.Svc.UID != v.Attached.UID {
 				return nil, false // a live Service holds the IP: a Conflict, not a kept allocation
 			}
 		}
-		if len(deleted) > 0 && v.stale.last.IsZero() {
+		if len(deleted) > 0 && v.Stale.Last.IsZero() {
 			// The holds this driver deleted for the attach are where MetalLB keeps the IP, if
 			// anywhere: the first round releases those alone (guessing more names would only add
 			// writes while MetalLB is merely slow).
@@ -180,9 +180,9 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 		// did not help (MetalLB keeps the IP under a name this driver used without remembering
 		// it: a provisioning placeholder deleted before its cached copy showed the IP; chaos seed
 		// 941606543): the names it could have used, and the remembered ones.
-		names := []string{HoldName(v.addr.Name)}
-		if ref := v.addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
-			fam := ipamv1.FamilyOf(v.ip)
+		names := []string{HoldName(v.Addr.Name)}
+		if ref := v.Addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
+			fam := ipamv1.FamilyOf(v.IP)
 			names = append(names, ProvisioningName(string(ref.UID), fam, 0), ProvisioningName(string(ref.UID), fam, 1))
 		}
 		for _, n := range deleted {
@@ -192,16 +192,16 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 		}
 		return names, false
 	}
-	live := make([]string, 0, len(v.holds))
-	for _, h := range v.holds {
+	live := make([]string, 0, len(v.Holds))
+	for _, h := range v.Holds {
 		live = append(live, h.Name)
 	}
 	var names []string
-	for _, h := range v.holds {
-		if slices.Contains(IngressIPs(h), v.ip) {
+	for _, h := range v.Holds {
+		if slices.Contains(IngressIPs(h), v.IP) {
 			return nil, false // served: whatever MetalLB said before is over
 		}
-		for _, n := range staleNames(messages[string(h.UID)], v.namespace, live...) {
+		for _, n := range staleNames(messages[string(h.UID)], v.Namespace, live...) {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 			}
@@ -211,11 +211,11 @@ func staleCandidates(v *addressView, messages map[string]string, deleted ...stri
 	return names, len(names) > 0
 }
 
-// releaseDue decides whether a round of releases is due and when to look again: at once when
+// ReleaseDue decides whether a round of releases is due and when to look again: at once when
 // MetalLB named the names itself (known), else once the IP has waited releaseAfter (a Service
 // MetalLB is merely slow to serve, under load, must not cost a round); then again every quarter
 // of the wait's age (at least nudgeAfter, at most a minute) while it lasts.
-func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Duration, known bool) (bool, time.Duration) {
+func ReleaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Duration, known bool) (bool, time.Duration) {
 	if since.IsZero() {
 		since = now
 	}
@@ -244,14 +244,14 @@ func releaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Durati
 	return true, every
 }
 
-// releasePlan is the release part of an address plan.
-type releasePlan struct {
+// ReleasePlan is the release part of an address plan.
+type ReleasePlan struct {
 	// create are release Services to create, remove the expired ones (and one that stands in
 	// the way of the hold's name).
-	create, remove []*corev1.Service
+	Create, Remove []*corev1.Service
 	// wait is the new memory of the wait; forget ends it.
-	wait   *staleWait
-	forget bool
+	Wait   *staleWait
+	Forget bool
 }
 
 // planRelease decides the release Services of an address: the expired ones go; while the IP
@@ -259,106 +259,88 @@ type releasePlan struct {
 // that has none. who is the Service that waits for the IP (hold or attached Service); status
 // gets Held=False with reason StaleAllocation while the driver releases, p the writes, event and
 // re-check.
-func planRelease(v addressView, who *corev1.Service, status *ipamv1.IPAddressStatus, p *addressPlan) {
-	st := v.stale
-	rp := &p.release
-	for _, r := range st.releases {
-		if p.createHold != nil && r.Name == p.createHold.Name {
+func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+	st := v.Stale
+	rp := &p.Release
+	for _, r := range st.Releases {
+		if p.CreateHold != nil && r.Name == p.CreateHold.Name {
 			// The hold takes the name over (MetalLB sees one Service under it): the release
 			// goes first, and is never taken for the hold.
-			rp.remove = append(rp.remove, r)
+			rp.Remove = append(rp.Remove, r)
 			continue
 		}
-		if age := v.now.Sub(r.CreationTimestamp.Time); age >= v.releaseFor {
-			rp.remove = append(rp.remove, r)
+		if age := v.Now.Sub(r.CreationTimestamp.Time); age >= v.ReleaseFor {
+			rp.Remove = append(rp.Remove, r)
 		} else {
-			p.requeue = driverkit.Sooner(p.requeue, v.releaseFor-age)
+			p.Requeue = driverkit.Sooner(p.Requeue, v.ReleaseFor-age)
 		}
 	}
-	if who == nil || len(st.names) == 0 {
+	if who == nil || len(st.Names) == 0 {
 		// The memory goes once the IP is served (not before: the attach remembers the holds it
 		// deleted before the cache shows the pin).
-		if (!st.since.IsZero() || st.remembered) && ipServed(&v) {
-			rp.forget = true
+		if (!st.Since.IsZero() || st.Remembered) && ipServed(&v) {
+			rp.Forget = true
 		}
-		if c := findCondition(v.addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonStaleAllocation {
-			p.unsay = append(p.unsay, unsay{obj: v.addr, topic: ReasonStaleAllocation})
+		if c := findCondition(v.Addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonStaleAllocation {
+			p.Unsay = append(p.Unsay, Unsay{Obj: v.Addr, Topic: ReasonStaleAllocation})
 		}
 		return
 	}
-	since := st.since
+	since := st.Since
 	if since.IsZero() {
-		since = v.now
+		since = v.Now
 	}
-	due, wait := releaseDue(since, st.last, v.now, v.nudgeAfter, v.releaseAfter, st.known)
-	p.requeue = driverkit.Sooner(p.requeue, wait)
+	due, wait := ReleaseDue(since, st.Last, v.Now, v.NudgeAfter, v.ReleaseAfter, st.Known)
+	p.Requeue = driverkit.Sooner(p.Requeue, wait)
 	var released []string
 	if due {
-		for _, n := range st.names {
-			if !st.free[n] || slices.ContainsFunc(st.releases, func(r *corev1.Service) bool { return r.Name == n }) {
+		for _, n := range st.Names {
+			if !st.Free[n] || slices.ContainsFunc(st.Releases, func(r *corev1.Service) bool { return r.Name == n }) {
 				continue
 			}
-			rp.create = append(rp.create, ReleaseService(v.namespace, n, v.addr.Name))
+			rp.Create = append(rp.Create, ReleaseService(v.Namespace, n, v.Addr.Name))
 			released = append(released, n)
 		}
 	}
-	next := staleWait{since: since, last: st.last}
+	next := staleWait{Since: since, Last: st.Last}
 	if len(released) > 0 {
-		next.last = v.now
-		p.requeue = driverkit.Sooner(p.requeue, v.releaseFor)
+		next.Last = v.Now
+		p.Requeue = driverkit.Sooner(p.Requeue, v.ReleaseFor)
 		// MetalLB drops the name when it handles the release Service, but does not look at the
 		// Service it refused again by itself (it passes over every Service only when the
 		// handling changed a status): touched right after, it is served. A round that came
 		// while MetalLB's first pass was still failing gets its touch at the next round.
-		if p.nudge == nil {
-			p.nudge = who
+		if p.Nudge == nil {
+			p.Nudge = who
 		}
 	}
-	if next != (staleWait{since: st.since, last: st.last}) {
-		rp.wait = &next
+	if next != (staleWait{Since: st.Since, Last: st.Last}) {
+		rp.Wait = &next
 	}
 	// Said (and shown in Held) once the driver has released, and while the wait lasts (also
 	// after a restart of the driver, which forgot its rounds).
-	held := findCondition(v.addr, ipamv1.ConditionHeld)
-	if next.last.IsZero() && (held == nil || held.Reason != ReasonStaleAllocation) {
+	held := findCondition(v.Addr, ipamv1.ConditionHeld)
+	if next.Last.IsZero() && (held == nil || held.Reason != ReasonStaleAllocation) {
 		return
 	}
-	qualified := make([]string, 0, len(st.names))
-	for _, n := range st.names {
-		qualified = append(qualified, v.namespace+"/"+n)
+	qualified := make([]string, 0, len(st.Names))
+	for _, n := range st.Names {
+		qualified = append(qualified, v.Namespace+"/"+n)
 	}
 	var msg, said string
-	if st.known {
+	if st.Known {
 		msg = fmt.Sprintf("MetalLB keeps %s for Service %s, which no longer exists (its state from before a restart); releasing it for placeholder %s/%s",
-			v.ip, strings.Join(qualified, ", "), who.Namespace, who.Name)
-		said = fmt.Sprintf("MetalLB kept %s for deleted Service %s after a restart; released it", v.ip, strings.Join(qualified, ", "))
+			v.IP, strings.Join(qualified, ", "), who.Namespace, who.Name)
+		said = fmt.Sprintf("MetalLB kept %s for deleted Service %s after a restart; released it", v.IP, strings.Join(qualified, ", "))
 	} else {
 		msg = fmt.Sprintf("attached to Service %s/%s, which MetalLB does not serve %s; releasing what MetalLB may keep for deleted Services %s after a restart",
-			who.Namespace, who.Name, v.ip, strings.Join(qualified, ", "))
+			who.Namespace, who.Name, v.IP, strings.Join(qualified, ", "))
 		said = fmt.Sprintf("MetalLB did not serve %s to Service %s/%s; released the names it may keep the address under after a restart: %s",
-			v.ip, who.Namespace, who.Name, strings.Join(qualified, ", "))
+			v.IP, who.Namespace, who.Name, strings.Join(qualified, ", "))
 	}
-	setCondition(v.addr, status, ipamv1.ConditionHeld, false, ReasonStaleAllocation, msg)
+	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonStaleAllocation, msg)
 	if len(released) > 0 {
-		p.events = append(p.events, event{obj: v.addr, reason: ReasonStaleAllocationReleased, message: said, once: true, topic: ReasonStaleAllocation})
-	}
-}
-
-// ReleaseService is a release Service: a headless, selectorless ClusterIP Service under a name
-// MetalLB keeps an allocation for, labelled as this driver's (role release, and the address it
-// frees) so that it is never taken for a placeholder and the sweep can find it.
-func ReleaseService(namespace, name, address string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: namespace,
-			Labels:    map[string]string{ipamv1.LabelDriverService: Provisioner, LabelRole: RoleRelease, LabelAddress: address},
-		},
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeClusterIP,
-			ClusterIP: corev1.ClusterIPNone,
-			Ports:     []corev1.ServicePort{{Name: "release", Port: 1, Protocol: corev1.ProtocolTCP}},
-		},
+		p.Events = append(p.Events, Event{Obj: v.Addr, Reason: ReasonStaleAllocationReleased, Message: said, Once: true, Topic: ReasonStaleAllocation})
 	}
 }
 

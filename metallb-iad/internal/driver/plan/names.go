@@ -1,8 +1,4 @@
-// Package driver is the MetalLB driver: it accepts classes that name a manual MetalLB pool,
-// provisions reserved addresses through placeholder Services, holds every address it does not
-// lend to a tenant Service, pins addresses to the Services that name their claim, reports
-// conflicts, and tears down through its finalizer.
-package driver
+package plan
 
 import (
 	"crypto/sha256"
@@ -13,7 +9,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
@@ -83,24 +78,6 @@ func ProvisioningName(claimUID string, family ipamv1.IPFamily, n int) string {
 
 // HoldName is the name of the placeholder the driver creates to hold an existing address.
 func HoldName(addressName string) string { return "hold-" + addressName }
-
-// PlaceholderSpec is a selectorless LoadBalancer Service with no node ports, single-stack in
-// the family: MetalLB assigns it an address but, with no endpoints, never announces it.
-func PlaceholderSpec(family ipamv1.IPFamily) corev1.ServiceSpec {
-	single := corev1.IPFamilyPolicySingleStack
-	no := false
-	fam := corev1.IPv4Protocol
-	if family == ipamv1.IPv6 {
-		fam = corev1.IPv6Protocol
-	}
-	return corev1.ServiceSpec{
-		Type:                          corev1.ServiceTypeLoadBalancer,
-		Ports:                         []corev1.ServicePort{{Name: "hold", Port: 1, Protocol: corev1.ProtocolTCP}},
-		AllocateLoadBalancerNodePorts: &no,
-		IPFamilyPolicy:                &single,
-		IPFamilies:                    []corev1.IPFamily{fam},
-	}
-}
 
 // IngressIPs returns the parsed IPs of a Service's load-balancer status.
 func IngressIPs(svc *corev1.Service) []netip.Addr {
@@ -179,26 +156,9 @@ func ForeignPins(svc *corev1.Service) []string {
 	return out
 }
 
-// HoldService is the placeholder that holds an existing address: pinned to its IP in the class's
-// pool, labelled with the address's name.
-func HoldService(namespace, address string, ip netip.Addr, pool string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      HoldName(address),
-			Namespace: namespace,
-			Labels:    map[string]string{ipamv1.LabelDriverService: Provisioner, LabelRole: RoleHold, LabelAddress: address},
-			Annotations: map[string]string{
-				metallb.AnnotationAddressPool:     pool,
-				metallb.AnnotationLoadBalancerIPs: ip.String(),
-			},
-		},
-		Spec: PlaceholderSpec(ipamv1.FamilyOf(ip)),
-	}
-}
-
-// parseIPList parses a comma-separated list of IPs (a loadBalancerIPs pin), skipping what is
+// ParseIPList parses a comma-separated list of IPs (a loadBalancerIPs pin), skipping what is
 // not an IP; the result is canonical, so that "2001:0db8::7" and "2001:db8::7" compare equal.
-func parseIPList(s string) []netip.Addr {
+func ParseIPList(s string) []netip.Addr {
 	var out []netip.Addr
 	for _, f := range strings.Split(s, ",") {
 		if ip, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
@@ -216,15 +176,15 @@ func RequestedIPs(svc *corev1.Service) []netip.Addr {
 	if svc.Annotations[AnnotationPinned] != "true" {
 		out = PinIPs(svc)
 	}
-	out = append(out, parseIPList(svc.Annotations[metallb.LegacyPrefix+"loadBalancerIPs"])...)
-	out = append(out, parseIPList(svc.Spec.LoadBalancerIP)...)
+	out = append(out, ParseIPList(svc.Annotations[metallb.LegacyPrefix+"loadBalancerIPs"])...)
+	out = append(out, ParseIPList(svc.Spec.LoadBalancerIP)...)
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return slices.Compact(out)
 }
 
 // PinIPs are the IPs a Service's metallb.io/loadBalancerIPs pin requests.
 func PinIPs(svc *corev1.Service) []netip.Addr {
-	return parseIPList(svc.Annotations[metallb.AnnotationLoadBalancerIPs])
+	return ParseIPList(svc.Annotations[metallb.AnnotationLoadBalancerIPs])
 }
 
 // ExternalIPs are the parsed IPs of a Service's spec.externalIPs.
@@ -238,8 +198,8 @@ func ExternalIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// sameIPs reports whether two lists hold the same addresses, in any order.
-func sameIPs(a, b []netip.Addr) bool {
+// SameIPs reports whether two lists hold the same addresses, in any order.
+func SameIPs(a, b []netip.Addr) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"maps"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// metallbMemory is what the driver remembers of MetalLB beyond what the API objects show, one
+// MetallbMemory is what the driver remembers of MetalLB beyond what the API objects show, one
 // entry per address. MetalLB's own state cannot be read, only inferred from what it writes and
 // reports; each address pass compares what MetalLB shows for the address's IP with what the API
 // says it should, and these are the inferences it carries from one pass to the next:
@@ -27,31 +27,31 @@ import (
 // None of it decides what is written to the apiserver's objects by itself: it only spaces
 // retries out and bounds them. An entry goes with its address (forget), and an entry with
 // nothing left in it is dropped, so the memory is bounded by the addresses of the pools.
-type metallbMemory struct {
+type MetallbMemory struct {
 	mu sync.Mutex
 	m  map[string]*addressMemory
 }
 
 type addressMemory struct {
-	stale    staleWait
+	Stale    staleWait
 	deleted  []string
-	unserved unservedWait
-	cleared  map[types.UID][]time.Time
+	Unserved UnservedWait
+	Cleared  map[types.UID][]time.Time
 	gone     map[string]time.Time
 }
 
 func (a *addressMemory) empty() bool {
-	return a.stale == (staleWait{}) && len(a.deleted) == 0 && a.unserved.since.IsZero() && len(a.cleared) == 0 && len(a.gone) == 0
+	return a.Stale == (staleWait{}) && len(a.deleted) == 0 && a.Unserved.Since.IsZero() && len(a.Cleared) == 0 && len(a.gone) == 0
 }
 
 // maxDeletedNames bounds the names remembered per address.
 const maxDeletedNames = 4
 
-func newMetallbMemory() *metallbMemory { return &metallbMemory{m: map[string]*addressMemory{}} }
+func NewMetallbMemory() *MetallbMemory { return &MetallbMemory{m: map[string]*addressMemory{}} }
 
 // update runs f on the address's entry (made when missing) and drops the entry if f left it
 // empty.
-func (m *metallbMemory) update(address string, f func(*addressMemory)) {
+func (m *MetallbMemory) update(address string, f func(*addressMemory)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.m[address]
@@ -67,14 +67,14 @@ func (m *metallbMemory) update(address string, f func(*addressMemory)) {
 }
 
 // staleOf is the wait for a kept allocation and the deleted names remembered for the address.
-func (m *metallbMemory) staleOf(address string) (w staleWait, deleted []string) {
-	m.update(address, func(e *addressMemory) { w, deleted = e.stale, slices.Clone(e.deleted) })
+func (m *MetallbMemory) StaleOf(address string) (w staleWait, deleted []string) {
+	m.update(address, func(e *addressMemory) { w, deleted = e.Stale, slices.Clone(e.deleted) })
 	return w, deleted
 }
 
 // holdDeleted remembers that a placeholder named name, holding or served address's IP, was
 // deleted.
-func (m *metallbMemory) holdDeleted(address, name string) {
+func (m *MetallbMemory) HoldDeleted(address, name string) {
 	if address == "" {
 		return
 	}
@@ -88,64 +88,64 @@ func (m *metallbMemory) holdDeleted(address, name string) {
 	})
 }
 
-func (m *metallbMemory) setStale(address string, w staleWait) {
-	m.update(address, func(e *addressMemory) { e.stale = w })
+func (m *MetallbMemory) SetStale(address string, w staleWait) {
+	m.update(address, func(e *addressMemory) { e.Stale = w })
 }
 
 // endStale forgets the address's wait for a kept allocation, with the deleted names and the
 // attached Service's wait unserved that it was about.
-func (m *metallbMemory) endStale(address string) {
-	m.update(address, func(e *addressMemory) { e.stale, e.deleted, e.unserved = staleWait{}, nil, unservedWait{} })
+func (m *MetallbMemory) EndStale(address string) {
+	m.update(address, func(e *addressMemory) { e.Stale, e.deleted, e.Unserved = staleWait{}, nil, UnservedWait{} })
 }
 
 // unservedOf is the memory of address's attached Service's wait unserved (zero: none).
-func (m *metallbMemory) unservedOf(address string) (w unservedWait) {
-	m.update(address, func(e *addressMemory) { w = e.unserved })
+func (m *MetallbMemory) UnservedOf(address string) (w UnservedWait) {
+	m.update(address, func(e *addressMemory) { w = e.Unserved })
 	return w
 }
 
 // setUnserved remembers w (a zero w forgets).
-func (m *metallbMemory) setUnserved(address string, w unservedWait) {
+func (m *MetallbMemory) SetUnserved(address string, w UnservedWait) {
 	m.update(address, func(e *addressMemory) {
-		if w.since.IsZero() {
-			w = unservedWait{}
+		if w.Since.IsZero() {
+			w = UnservedWait{}
 		}
-		e.unserved = w
+		e.Unserved = w
 	})
 }
 
 // clearedOf returns the clears of the Service's stale ingress of the address within
 // clearMemoryFor of now (older ones of the address are dropped).
-func (m *metallbMemory) clearedOf(address string, uid types.UID, now time.Time) (ts []time.Time) {
+func (m *MetallbMemory) ClearedOf(address string, uid types.UID, now time.Time) (ts []time.Time) {
 	m.update(address, func(e *addressMemory) {
 		e.pruneClears(now)
-		ts = slices.Clone(e.cleared[uid])
+		ts = slices.Clone(e.Cleared[uid])
 	})
 	return ts
 }
 
 // noteCleared remembers a clear of the Service's stale ingress of the address.
-func (m *metallbMemory) noteCleared(address string, uid types.UID, now time.Time) {
+func (m *MetallbMemory) NoteCleared(address string, uid types.UID, now time.Time) {
 	m.update(address, func(e *addressMemory) {
 		e.pruneClears(now)
-		if e.cleared == nil {
-			e.cleared = map[types.UID][]time.Time{}
+		if e.Cleared == nil {
+			e.Cleared = map[types.UID][]time.Time{}
 		}
-		ts := append(e.cleared[uid], now)
+		ts := append(e.Cleared[uid], now)
 		if len(ts) > clearLimit {
 			ts = ts[len(ts)-clearLimit:]
 		}
-		e.cleared[uid] = ts
+		e.Cleared[uid] = ts
 	})
 }
 
 func (e *addressMemory) pruneClears(now time.Time) {
-	for uid, ts := range e.cleared {
+	for uid, ts := range e.Cleared {
 		ts = slices.DeleteFunc(ts, func(t time.Time) bool { return now.Sub(t) >= clearMemoryFor })
 		if len(ts) == 0 {
-			delete(e.cleared, uid)
+			delete(e.Cleared, uid)
 		} else {
-			e.cleared[uid] = ts
+			e.Cleared[uid] = ts
 		}
 	}
 }
@@ -155,7 +155,7 @@ const maxGoneNames = 8
 
 // goneSince remembers the Services (missing, "namespace/name") seen gone now, keeping when each
 // was first seen so and forgetting every other name, and returns those times.
-func (m *metallbMemory) goneSince(address string, missing []string, now time.Time) (out map[string]time.Time) {
+func (m *MetallbMemory) GoneSince(address string, missing []string, now time.Time) (out map[string]time.Time) {
 	m.update(address, func(e *addressMemory) {
 		g := map[string]time.Time{}
 		for _, name := range missing {
@@ -178,14 +178,14 @@ func (m *metallbMemory) goneSince(address string, missing []string, now time.Tim
 }
 
 // forget drops everything remembered of an address (it is gone).
-func (m *metallbMemory) forget(address string) {
+func (m *MetallbMemory) Forget(address string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.m, address)
 }
 
 // Len is the number of addresses with something remembered.
-func (m *metallbMemory) Len() int {
+func (m *MetallbMemory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.m)

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"net/netip"
@@ -21,16 +21,16 @@ const (
 // tenantReadable reports the events a plan says about namespaced objects (what a tenant's Role
 // reads in that namespace) whose message names a namespace other than the object's own among
 // namespaces. Events about cluster-scoped objects (an IPAddress: the admin's) may name anyone.
-func tenantReadable(t *testing.T, what string, evs []event, namespaces ...string) {
+func tenantReadable(t *testing.T, what string, evs []Event, namespaces ...string) {
 	t.Helper()
 	for _, e := range evs {
-		ns := e.obj.GetNamespace()
+		ns := e.Obj.GetNamespace()
 		if ns == "" {
 			continue
 		}
 		for _, other := range namespaces {
-			if other != ns && strings.Contains(e.message, other) {
-				t.Errorf("%s: %s on %s/%s names namespace %s: %q", what, e.reason, ns, e.obj.GetName(), other, e.message)
+			if other != ns && strings.Contains(e.Message, other) {
+				t.Errorf("%s: %s on %s/%s names namespace %s: %q", what, e.Reason, ns, e.Obj.GetName(), other, e.Message)
 			}
 		}
 	}
@@ -59,27 +59,27 @@ func otherService() *corev1.Service {
 
 // Issue 31 item 3: a Warning the driver says about a tenant's Service says that an address is
 // reserved or in use, never by whom: no other namespace's claim or Service is named. The names
-// stay on the IPAddress (claimRef, attachedTo, the Conflict condition) and in the log.
+// stay on the IPAddress (claimRef, AttachedTo, the Conflict condition) and in the log.
 func TestTenantEventsNameNoOtherNamespace(t *testing.T) {
 	const ip = "203.0.113.5"
 	name := ipamv1.AddressName(netip.MustParseAddr(ip))
 
 	t.Run("ReservedAddressRequested: tenant B pins tenant A's address", func(t *testing.T) {
 		s := requesting(svc(nsOther, "pinner", "pinner-uid"), ip)
-		p := planAttach(attachView{svc: s, reserved: []*ipamv1.IPAddress{ownerAddress(ip)}, now: t0})
+		p := PlanAttach(AttachView{Svc: s, Reserved: []*ipamv1.IPAddress{ownerAddress(ip)}, Now: t0})
 		if !hasEvent(p, ReasonReservedAddressRequested) {
 			t.Fatalf("%+v", p)
 		}
-		tenantReadable(t, "pin of another tenant's address", p.events, nsOwner, nsOther)
-		if m := p.events[0].message; strings.Contains(m, "web-a") || !strings.Contains(m, ip) || !strings.Contains(m, name) ||
+		tenantReadable(t, "pin of another tenant's address", p.Events, nsOwner, nsOther)
+		if m := p.Events[0].Message; strings.Contains(m, "web-a") || !strings.Contains(m, ip) || !strings.Contains(m, name) ||
 			!strings.Contains(m, "another namespace") {
 			t.Errorf("message %q: want the IP, the address, that it is reserved elsewhere, and no claim", m)
 		}
 		// The same pin in the claim's own namespace still names the claim: it tells the tenant
 		// which claim to name instead.
 		own := requesting(svc(nsOwner, "pinner", "pinner-uid"), ip)
-		p = planAttach(attachView{svc: own, reserved: []*ipamv1.IPAddress{ownerAddress(ip)}, now: t0})
-		if m := p.events[0].message; !strings.Contains(m, nsOwner+"/web-a") {
+		p = PlanAttach(AttachView{Svc: own, Reserved: []*ipamv1.IPAddress{ownerAddress(ip)}, Now: t0})
+		if m := p.Events[0].Message; !strings.Contains(m, nsOwner+"/web-a") {
 			t.Errorf("own namespace: message %q does not name the claim", m)
 		}
 	})
@@ -88,83 +88,83 @@ func TestTenantEventsNameNoOtherNamespace(t *testing.T) {
 		a := attachedAddr(ip, nsOwner, "web", "owner-web-uid")
 		a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: nsOther, Name: "c", UID: "claim-uid"}
 		v := attachViewOf(otherService(), otherClaim(ip), a)
-		v.elsewhere[a.Name] = true
-		p := planAttach(v)
-		if !hasEvent(p, ReasonClaimInUse) || p.pin != "" || len(p.attach) != 0 {
+		v.Elsewhere[a.Name] = true
+		p := PlanAttach(v)
+		if !hasEvent(p, ReasonClaimInUse) || p.Pin != "" || len(p.Attach) != 0 {
 			t.Fatalf("%+v", p)
 		}
-		tenantReadable(t, "claim in use elsewhere", p.events, nsOwner, nsOther)
+		tenantReadable(t, "claim in use elsewhere", p.Events, nsOwner, nsOther)
 		// A Service of the claim's own namespace is named.
 		a = attachedAddr(ip, nsOther, "first", "first-uid")
 		a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: nsOther, Name: "c", UID: "claim-uid"}
 		v = attachViewOf(otherService(), otherClaim(ip), a)
-		v.elsewhere[a.Name] = true
-		p = planAttach(v)
-		if !hasEvent(p, ReasonClaimInUse) || !strings.Contains(p.events[0].message, nsOther+"/first") {
-			t.Errorf("own namespace: %+v", p.events)
+		v.Elsewhere[a.Name] = true
+		p = PlanAttach(v)
+		if !hasEvent(p, ReasonClaimInUse) || !strings.Contains(p.Events[0].Message, nsOther+"/first") {
+			t.Errorf("own namespace: %+v", p.Events)
 		}
 	})
 
 	t.Run("the Service's other Warnings, with the address bound in another namespace", func(t *testing.T) {
 		for _, tc := range []struct {
 			reason string
-			view   func() attachView
+			view   func() AttachView
 		}{
-			{ReasonAddressNotServable, func() attachView {
+			{ReasonAddressNotServable, func() AttachView {
 				return attachViewOf(otherService(), otherClaim(ip), ownerAddress(ip))
 			}},
-			{ReasonPoolExcludesService, func() attachView {
+			{ReasonPoolExcludesService, func() AttachView {
 				a := ownerAddress(ip)
 				a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: nsOther, Name: "c", UID: "claim-uid"}
 				v := attachViewOf(otherService(), otherClaim(ip), a)
-				v.excluded = map[string]string{a.Name: "IPAddressPool p serves only the namespaces its spec.serviceAllocation lists or selects, not " + nsOther}
+				v.Excluded = map[string]string{a.Name: "IPAddressPool p serves only the namespaces its spec.serviceAllocation lists or selects, not " + nsOther}
 				return v
 			}},
-			{ReasonForeignPin, func() attachView {
+			{ReasonForeignPin, func() AttachView {
 				s := otherService()
 				s.Annotations[metallb.AnnotationAddressPool] = "other-pool"
 				return attachViewOf(s, otherClaim(ip), ownerAddress(ip))
 			}},
 		} {
-			p := planAttach(tc.view())
+			p := PlanAttach(tc.view())
 			if !hasEvent(p, tc.reason) {
-				t.Errorf("%s: not said: %+v", tc.reason, p.events)
+				t.Errorf("%s: not said: %+v", tc.reason, p.Events)
 			}
-			tenantReadable(t, tc.reason, p.events, nsOwner, nsOther)
+			tenantReadable(t, tc.reason, p.Events, nsOwner, nsOther)
 		}
 	})
 
 	t.Run("ReservedAddressConflict and StaleAddressCleared: tenant B's Service shows tenant A's address", func(t *testing.T) {
 		for _, tc := range []struct {
 			what   string
-			holder holder
+			holder Holder
 		}{
-			{"a pin", holder{svc: requesting(svc(nsOther, "thief", "thief-uid", ip), ip), inIngress: true}},
-			{"spec.externalIPs", func() holder {
+			{"a pin", Holder{Svc: requesting(svc(nsOther, "thief", "thief-uid", ip), ip), InIngress: true}},
+			{"spec.externalIPs", func() Holder {
 				s := svc(nsOther, "extip", "extip-uid")
 				s.Spec.ExternalIPs = []string{ip}
-				return holder{svc: s, inExternalIPs: true}
+				return Holder{Svc: s, InExternalIPs: true}
 			}()},
-			{"an allocation MetalLB kept", holder{svc: svc(nsOther, "former", "former-uid", ip), inIngress: true}},
+			{"an allocation MetalLB kept", Holder{Svc: svc(nsOther, "former", "former-uid", ip), InIngress: true}},
 		} {
-			p := planAddress(view(ownerAddress(ip), func(v *addressView) {
-				v.holds = []*corev1.Service{hold(name, ip, false)}
-				v.holders = []holder{tc.holder}
+			p := PlanAddress(view(ownerAddress(ip), func(v *AddressView) {
+				v.Holds = []*corev1.Service{hold(name, ip, false)}
+				v.Holders = []Holder{tc.holder}
 			}))
-			evs := p.events
-			for _, c := range p.clearIngress {
-				evs = append(evs, c.said)
+			evs := p.Events
+			for _, c := range p.ClearIngress {
+				evs = append(evs, c.Said)
 			}
 			said := false
 			for _, e := range evs {
-				said = said || e.obj.GetNamespace() == nsOther
+				said = said || e.Obj.GetNamespace() == nsOther
 			}
 			if !said {
 				t.Errorf("%s: nothing said on the Service: %+v", tc.what, evs)
 			}
 			tenantReadable(t, tc.what, evs, nsOwner, nsOther)
 			// The admin's object names the holder.
-			if c := cond(p, ipamv1.ConditionConflict); c != nil && !strings.Contains(c.Message, nsOther+"/"+tc.holder.svc.Name) {
+			if c := cond(p, ipamv1.ConditionConflict); c != nil && !strings.Contains(c.Message, nsOther+"/"+tc.holder.Svc.Name) {
 				t.Errorf("%s: the address's Conflict does not name the holder: %q", tc.what, c.Message)
 			}
 		}
@@ -173,14 +173,14 @@ func TestTenantEventsNameNoOtherNamespace(t *testing.T) {
 	t.Run("NotServed: the attached Service is told about its own address only", func(t *testing.T) {
 		a := ownerAddress(ip)
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: nsOwner, Name: "web", UID: "web-uid"}
-		p := planAddress(view(a, func(v *addressView) {
-			v.attached, v.notServedAfter = pinned(svc(nsOwner, "web", "web-uid"), ip), 10*time.Minute
-			v.unserved = unservedWait{since: v.now.Add(-time.Hour), uid: "web-uid"}
+		p := PlanAddress(view(a, func(v *AddressView) {
+			v.Attached, v.NotServedAfter = pinned(svc(nsOwner, "web", "web-uid"), ip), 10*time.Minute
+			v.Unserved = UnservedWait{Since: v.Now.Add(-time.Hour), UID: "web-uid"}
 		}))
-		if len(p.events) == 0 {
+		if len(p.Events) == 0 {
 			t.Fatalf("%+v", p)
 		}
-		tenantReadable(t, "NotServed", p.events, nsOwner, nsOther)
+		tenantReadable(t, "NotServed", p.Events, nsOwner, nsOther)
 	})
 
 }

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"cmp"
@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
@@ -63,7 +62,7 @@ func (c *choices) claimFamily() ipamv1.IPFamily {
 	return []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6, ipamv1.Dual}[c.n(3)]
 }
 
-func (c *choices) ip(fam ipamv1.IPFamily) netip.Addr { return fuzzIPs[fam][c.n(len(fuzzIPs[fam]))] }
+func (c *choices) IP(fam ipamv1.IPFamily) netip.Addr { return fuzzIPs[fam][c.n(len(fuzzIPs[fam]))] }
 
 // age is a creation time up to ten minutes before fuzzNow, often in the same second as another.
 func (c *choices) age() metav1.Time {
@@ -96,7 +95,7 @@ func (c *choices) claimRef() *ipamv1.ClaimReference {
 
 // fuzzAddress is an IPAddress of class k for ip, with finalizers, deletion and the driver's
 // conditions drawn at random.
-func (c *choices) address(ip netip.Addr) *ipamv1.IPAddress {
+func (c *choices) Address(ip netip.Addr) *ipamv1.IPAddress {
 	a := &ipamv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip), CreationTimestamp: c.age(), Generation: 1},
 		Spec:       ipamv1.IPAddressSpec{Address: ip.String(), ClassName: "k", ClaimRef: c.claimRef()},
@@ -146,16 +145,16 @@ func names(ss []*corev1.Service) []string {
 	return out
 }
 
-// --- planProvision ---
+// --- PlanProvision ---
 
 // fuzzProvisionView builds a claim reconciler's view: the claim (or none), its class, the
 // provisioning placeholders of its key (of this claim's uid or an earlier one's), the addresses
 // of the IPs MetalLB gave them and the holds those have.
-func fuzzProvisionView(data []byte) provisionView {
+func fuzzProvisionView(data []byte) ProvisionView {
 	c := &choices{b: data}
-	v := provisionView{claimKey: "t/c", have: map[ipamv1.IPFamily]bool{}, placeholderExpected: map[ipamv1.IPFamily]bool{},
-		addresses: map[string]*ipamv1.IPAddress{}, holdOf: map[string]string{}, nextName: map[ipamv1.IPFamily]string{},
-		namespace: testDriverNS, now: fuzzNow, nudgeAfter: 3 * time.Second}
+	v := ProvisionView{ClaimKey: "t/c", Have: map[ipamv1.IPFamily]bool{}, PlaceholderExpected: map[ipamv1.IPFamily]bool{},
+		Addresses: map[string]*ipamv1.IPAddress{}, HoldOf: map[string]string{}, NextName: map[ipamv1.IPFamily]string{},
+		Namespace: testDriverNS, Now: fuzzNow, NudgeAfter: 3 * time.Second}
 	if !c.yes(8) {
 		claim := stampedClaim(c.claimFamily())
 		claim.CreationTimestamp = c.age()
@@ -172,8 +171,8 @@ func fuzzProvisionView(data []byte) provisionView {
 			}
 		}
 		claim.DeletionTimestamp = c.deleted()
-		v.claim = claim
-		v.class = fuzzClass(c)
+		v.Claim = claim
+		v.Class = fuzzClass(c)
 	}
 	used, served := map[string]bool{}, map[netip.Addr]bool{}
 	for range c.n(5) {
@@ -200,26 +199,26 @@ func fuzzProvisionView(data []byte) provisionView {
 			s.Annotations[AnnotationNudge] = fuzzNow.Add(-time.Duration(c.n(120)) * time.Second).Format(time.RFC3339Nano)
 		}
 		// MetalLB gives an IP to one Service at a time (placeholders share no key).
-		if ip := c.ip(fam); !c.yes(3) && !served[ip] {
+		if ip := c.IP(fam); !c.yes(3) && !served[ip] {
 			served[ip] = true
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
 			name := ipamv1.AddressName(ip)
-			if _, seen := v.addresses[name]; !seen && !c.yes(3) {
-				v.addresses[name] = c.address(ip)
+			if _, seen := v.Addresses[name]; !seen && !c.yes(3) {
+				v.Addresses[name] = c.Address(ip)
 				switch c.n(4) {
 				case 0:
-					v.holdOf[name] = s.Name // relabelled a moment ago; the cache shows it still provisioning
+					v.HoldOf[name] = s.Name // relabelled a moment ago; the cache shows it still provisioning
 				case 1:
-					v.holdOf[name] = HoldName(name)
+					v.HoldOf[name] = HoldName(name)
 				}
 			}
 		}
-		v.placeholders = append(v.placeholders, s)
+		v.Placeholders = append(v.Placeholders, s)
 	}
-	if v.claim != nil {
+	if v.Claim != nil {
 		for _, fam := range fuzzFamilies {
-			v.placeholderExpected[fam] = c.yes(6)
-			v.have[fam] = c.yes(6) // an address bound to it that no placeholder shows
+			v.PlaceholderExpected[fam] = c.yes(6)
+			v.Have[fam] = c.yes(6) // an address bound to it that no placeholder shows
 		}
 	}
 	refreshProvisionView(&v)
@@ -228,35 +227,35 @@ func fuzzProvisionView(data []byte) provisionView {
 
 // refreshProvisionView derives what the reconciler derives from the objects: the families the
 // claim has an address for, and the next free placeholder names.
-func refreshProvisionView(v *provisionView) {
-	if v.claim == nil {
+func refreshProvisionView(v *ProvisionView) {
+	if v.Claim == nil {
 		return
 	}
-	for _, a := range v.addresses {
-		if a.DeletionTimestamp == nil && driverkit.BoundTo(a, v.claim) {
-			v.have[ipamv1.FamilyOf(netip.MustParseAddr(a.Spec.Address))] = true
+	for _, a := range v.Addresses {
+		if a.DeletionTimestamp == nil && driverkit.BoundTo(a, v.Claim) {
+			v.Have[ipamv1.FamilyOf(netip.MustParseAddr(a.Spec.Address))] = true
 		}
 	}
 	taken := map[string]bool{}
-	for _, s := range v.placeholders {
+	for _, s := range v.Placeholders {
 		taken[s.Name] = true
 	}
-	for _, h := range v.holdOf {
+	for _, h := range v.HoldOf {
 		taken[h] = true
 	}
 	for _, fam := range fuzzFamilies {
 		for n := 0; ; n++ {
-			if name := ProvisioningName(string(v.claim.UID), fam, n); !taken[name] {
-				v.nextName[fam] = name
+			if name := ProvisioningName(string(v.Claim.UID), fam, n); !taken[name] {
+				v.NextName[fam] = name
 				break
 			}
 		}
 	}
 }
 
-func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
+func checkProvisionPlan(t *testing.T, v ProvisionView, p ProvisionPlan) {
 	t.Helper()
-	claim := v.claim
+	claim := v.Claim
 	// Each placeholder is handled once.
 	seen := map[string]string{}
 	mark := func(s *corev1.Service, what string) {
@@ -265,46 +264,46 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 		}
 		seen[s.Name] = what
 	}
-	for _, h := range p.toHold {
-		mark(h.svc, "handed over")
+	for _, h := range p.ToHold {
+		mark(h.Svc, "handed over")
 	}
-	for _, s := range p.delete {
+	for _, s := range p.Delete {
 		mark(s, "deleted")
 	}
-	for _, st := range p.settle {
-		mark(st.svc, "settled")
+	for _, st := range p.Settle {
+		mark(st.Svc, "settled")
 	}
-	for _, s := range p.nudge {
+	for _, s := range p.Nudge {
 		mark(s, "nudged")
 	}
 	// Never two holds for one address: a handover or a settlement only for an address that has
 	// none, and at most one each.
 	toAddr := map[string]bool{}
-	for _, h := range p.toHold {
-		a := v.addresses[h.address]
+	for _, h := range p.ToHold {
+		a := v.Addresses[h.Address]
 		switch {
 		case a == nil:
-			t.Fatalf("placeholder %s handed over to IPAddress %s, which does not exist", h.svc.Name, h.address)
+			t.Fatalf("placeholder %s handed over to IPAddress %s, which does not exist", h.Svc.Name, h.Address)
 		case driverkit.TeardownMayStart(a):
-			t.Fatalf("placeholder %s handed over to IPAddress %s, which is being torn down", h.svc.Name, h.address)
-		case v.holdOf[h.address] != "" && !(claim != nil && driverkit.BoundTo(a, claim)):
+			t.Fatalf("placeholder %s handed over to IPAddress %s, which is being torn down", h.Svc.Name, h.Address)
+		case v.HoldOf[h.Address] != "" && !(claim != nil && driverkit.BoundTo(a, claim)):
 			// (The claim's own address whose hold is not the placeholder MetalLB gave its IP:
 			// the served one becomes a hold too, and the address pass keeps the served one of
 			// the two, so the IP is never let go.)
-			t.Fatalf("placeholder %s handed over to IPAddress %s, which has hold %s already: two holds", h.svc.Name, h.address, v.holdOf[h.address])
-		case toAddr[h.address]:
-			t.Fatalf("two placeholders handed over to IPAddress %s", h.address)
+			t.Fatalf("placeholder %s handed over to IPAddress %s, which has hold %s already: two holds", h.Svc.Name, h.Address, v.HoldOf[h.Address])
+		case toAddr[h.Address]:
+			t.Fatalf("two placeholders handed over to IPAddress %s", h.Address)
 		}
-		if ip, ok := servedIP(h.svc, ipamv1.IPFamily(h.svc.Labels[LabelFamily])); !ok || ip != h.ip || ipamv1.AddressName(ip) != h.address {
-			t.Fatalf("placeholder %s handed over to %s (%s), which MetalLB did not give it", h.svc.Name, h.address, h.ip)
+		if ip, ok := ServedIP(h.Svc, ipamv1.IPFamily(h.Svc.Labels[LabelFamily])); !ok || ip != h.IP || ipamv1.AddressName(ip) != h.Address {
+			t.Fatalf("placeholder %s handed over to %s (%s), which MetalLB did not give it", h.Svc.Name, h.Address, h.IP)
 		}
-		toAddr[h.address] = true
+		toAddr[h.Address] = true
 	}
 	// Never a deleted placeholder that already is an address's hold.
-	for _, s := range p.delete {
-		if ip, ok := servedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily])); ok {
+	for _, s := range p.Delete {
+		if ip, ok := ServedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily])); ok {
 			name := ipamv1.AddressName(ip)
-			if a := v.addresses[name]; a != nil && !driverkit.TeardownMayStart(a) && v.holdOf[name] == s.Name {
+			if a := v.Addresses[name]; a != nil && !driverkit.TeardownMayStart(a) && v.HoldOf[name] == s.Name {
 				t.Fatalf("deleted placeholder %s, the hold of IPAddress %s", s.Name, name)
 			}
 		}
@@ -314,20 +313,20 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 	if claim != nil {
 		resolved = cmp.Or(claim.Spec.ClassName, claim.Status.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
 	}
-	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.class, Provisioner) && v.class.Name == resolved
-	if !needs && (len(p.create) > 0 || len(p.settle) > 0) {
-		t.Fatalf("claim needs no provisioning, yet the plan creates %v and settles %d", names(p.create), len(p.settle))
+	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.Class, Provisioner) && v.Class.Name == resolved
+	if !needs && (len(p.Create) > 0 || len(p.Settle) > 0) {
+		t.Fatalf("claim needs no provisioning, yet the plan creates %v and settles %d", names(p.Create), len(p.Settle))
 	}
 	// An address is made only from a placeholder that asked the class's pool, and a placeholder
 	// is created only for it.
-	for _, st := range p.settle {
-		if got := st.svc.Annotations[metallb.AnnotationAddressPool]; got != v.class.Spec.Parameters[ClassParameterPool] {
-			t.Fatalf("settles placeholder %s of pool %q as an address of class %s (pool %q)", st.svc.Name, got, v.class.Name, v.class.Spec.Parameters[ClassParameterPool])
+	for _, st := range p.Settle {
+		if got := st.Svc.Annotations[metallb.AnnotationAddressPool]; got != v.Class.Spec.Parameters[ClassParameterPool] {
+			t.Fatalf("settles placeholder %s of pool %q as an address of class %s (pool %q)", st.Svc.Name, got, v.Class.Name, v.Class.Spec.Parameters[ClassParameterPool])
 		}
 	}
-	for _, s := range p.create {
-		if got := s.Annotations[metallb.AnnotationAddressPool]; got != v.class.Spec.Parameters[ClassParameterPool] {
-			t.Fatalf("creates placeholder %s for pool %q, the class's is %q", s.Name, got, v.class.Spec.Parameters[ClassParameterPool])
+	for _, s := range p.Create {
+		if got := s.Annotations[metallb.AnnotationAddressPool]; got != v.Class.Spec.Parameters[ClassParameterPool] {
+			t.Fatalf("creates placeholder %s for pool %q, the class's is %q", s.Name, got, v.Class.Spec.Parameters[ClassParameterPool])
 		}
 	}
 	// Per family: at most one placeholder of this claim's uid left provisioning, or created.
@@ -339,8 +338,8 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 	}
 	perFamily := map[ipamv1.IPFamily][]string{}
 	if claim != nil {
-		for _, s := range v.placeholders {
-			if ip, ok := servedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily])); ok && v.holdOf[ipamv1.AddressName(ip)] == s.Name {
+		for _, s := range v.Placeholders {
+			if ip, ok := ServedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily])); ok && v.HoldOf[ipamv1.AddressName(ip)] == s.Name {
 				continue // relabelled as a hold already; the cache is behind
 			}
 			if s.Labels[LabelClaimUID] == string(claim.UID) && !gone[s.Name] {
@@ -349,19 +348,19 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 			}
 		}
 	}
-	for _, s := range p.create {
+	for _, s := range p.Create {
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
 		switch {
-		case v.have[fam]:
+		case v.Have[fam]:
 			t.Fatalf("created placeholder %s for %s, which the claim has an address of", s.Name, fam)
-		case v.placeholderExpected[fam]:
+		case v.PlaceholderExpected[fam]:
 			t.Fatalf("created placeholder %s for %s while one created earlier is not seen yet", s.Name, fam)
 		case !slices.Contains(claim.Spec.Family.Families(), fam):
 			t.Fatalf("created placeholder %s for %s, which the claim does not ask for", s.Name, fam)
 		case s.Labels[LabelClaimUID] != string(claim.UID) || s.Labels[LabelRole] != RoleProvisioning:
 			t.Fatalf("created placeholder %s with labels %v", s.Name, s.Labels)
-		case s.Name != v.nextName[fam]:
-			t.Fatalf("created placeholder %s, want the free name %s", s.Name, v.nextName[fam])
+		case s.Name != v.NextName[fam]:
+			t.Fatalf("created placeholder %s, want the free name %s", s.Name, v.NextName[fam])
 		}
 		perFamily[fam] = append(perFamily[fam], s.Name+" (new)")
 	}
@@ -371,20 +370,20 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 		}
 	}
 	settledFam := map[ipamv1.IPFamily]bool{}
-	for _, st := range p.settle {
-		fam := ipamv1.IPFamily(st.svc.Labels[LabelFamily])
-		a := st.address
-		ip, ok := servedIP(st.svc, fam)
+	for _, st := range p.Settle {
+		fam := ipamv1.IPFamily(st.Svc.Labels[LabelFamily])
+		a := st.Address
+		ip, ok := ServedIP(st.Svc, fam)
 		switch {
 		case !ok || a.Spec.Address != ip.String() || a.Name != ipamv1.AddressName(ip):
-			t.Fatalf("settled %s as IPAddress %s (%s), not the IP MetalLB gave it", st.svc.Name, a.Name, a.Spec.Address)
-		case v.addresses[a.Name] != nil:
-			t.Fatalf("settled %s by creating IPAddress %s, which exists", st.svc.Name, a.Name)
+			t.Fatalf("settled %s as IPAddress %s (%s), not the IP MetalLB gave it", st.Svc.Name, a.Name, a.Spec.Address)
+		case v.Addresses[a.Name] != nil:
+			t.Fatalf("settled %s by creating IPAddress %s, which exists", st.Svc.Name, a.Name)
 		case a.Spec.ClaimRef == nil || a.Spec.ClaimRef.UID != claim.UID || !driverkit.BoundTo(a, claim):
 			t.Fatalf("IPAddress %s created for the claim is pre-bound to %+v", a.Name, a.Spec.ClaimRef)
-		case !controllerutil.ContainsFinalizer(a, Finalizer):
+		case !slices.Contains(a.Finalizers, Finalizer):
 			t.Fatalf("IPAddress %s created without the driver's finalizer", a.Name)
-		case settledFam[fam] || v.have[fam]:
+		case settledFam[fam] || v.Have[fam]:
 			t.Fatalf("a second IPAddress of %s for the claim: %s", fam, a.Name)
 		case toAddr[a.Name]:
 			t.Fatalf("IPAddress %s is both created and handed a placeholder", a.Name)
@@ -392,70 +391,70 @@ func checkProvisionPlan(t *testing.T, v provisionView, p provisionPlan) {
 		settledFam[fam] = true
 	}
 	// A waiting claim is looked at again within about a minute; no wait is longer.
-	if p.requeue > driverkit.MaxRecheck || p.requeue < 0 {
-		t.Fatalf("requeue %v", p.requeue)
+	if p.Requeue > driverkit.MaxRecheck || p.Requeue < 0 {
+		t.Fatalf("requeue %v", p.Requeue)
 	}
 	// A placeholder the plan leaves as it is, although no claim needs it (the claim is gone,
 	// settled, or has another one for the family), is looked at again: it is waiting for the
 	// cache to show a relabel, and nothing else would bring its claim key back (found by the
 	// chaos test, seed 123529108: a gone claim's placeholder stayed provisioning for good while
 	// the address reconciler waited for it to become the hold).
-	for _, s := range v.placeholders {
+	for _, s := range v.Placeholders {
 		if seen[s.Name] != "" {
 			continue
 		}
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
-		kept := needs && s.Labels[LabelClaimUID] == string(claim.UID) && !v.have[fam] && slices.Contains(claim.Spec.Family.Families(), fam)
-		if !kept && (p.requeue <= 0 || p.requeue > driverkit.MaxRecheck) {
-			t.Fatalf("placeholder %s left as it is with no re-check (requeue %v), though no claim needs it", s.Name, p.requeue)
+		kept := needs && s.Labels[LabelClaimUID] == string(claim.UID) && !v.Have[fam] && slices.Contains(claim.Spec.Family.Families(), fam)
+		if !kept && (p.Requeue <= 0 || p.Requeue > driverkit.MaxRecheck) {
+			t.Fatalf("placeholder %s left as it is with no re-check (requeue %v), though no claim needs it", s.Name, p.Requeue)
 		}
 	}
-	writes := len(p.create) + len(p.settle) + len(p.toHold) + len(p.delete)
-	if claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && len(driverkit.MissingFamilies(claim, v.have)) > 0 && writes == 0 && p.requeue <= 0 {
-		t.Fatalf("claim waits for %v with nothing to write and no re-check", driverkit.MissingFamilies(claim, v.have))
+	writes := len(p.Create) + len(p.Settle) + len(p.ToHold) + len(p.Delete)
+	if claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && len(driverkit.MissingFamilies(claim, v.Have)) > 0 && writes == 0 && p.Requeue <= 0 {
+		t.Fatalf("claim waits for %v with nothing to write and no re-check", driverkit.MissingFamilies(claim, v.Have))
 	}
 }
 
 // applyProvisionPlan is the snapshot after the plan's writes, as the cache shows them once they
 // arrived.
-func applyProvisionPlan(v provisionView, p provisionPlan) provisionView {
+func applyProvisionPlan(v ProvisionView, p ProvisionPlan) ProvisionView {
 	drop := map[string]bool{}
-	for _, s := range p.delete {
+	for _, s := range p.Delete {
 		drop[s.Name] = true
 	}
-	for _, h := range p.toHold {
-		drop[h.svc.Name] = true
-		v.holdOf[h.address] = h.svc.Name
+	for _, h := range p.ToHold {
+		drop[h.Svc.Name] = true
+		v.HoldOf[h.Address] = h.Svc.Name
 	}
-	for _, st := range p.settle {
-		drop[st.svc.Name] = true
-		a := st.address.DeepCopy()
-		a.CreationTimestamp = metav1.NewTime(v.now)
-		v.addresses[a.Name] = a
-		v.holdOf[a.Name] = st.svc.Name
+	for _, st := range p.Settle {
+		drop[st.Svc.Name] = true
+		a := st.Address.DeepCopy()
+		a.CreationTimestamp = metav1.NewTime(v.Now)
+		v.Addresses[a.Name] = a
+		v.HoldOf[a.Name] = st.Svc.Name
 	}
 	nudged := map[string]bool{}
-	for _, s := range p.nudge {
+	for _, s := range p.Nudge {
 		nudged[s.Name] = true
 	}
 	var kept []*corev1.Service
-	for _, s := range v.placeholders {
+	for _, s := range v.Placeholders {
 		if drop[s.Name] {
 			continue
 		}
 		if nudged[s.Name] {
 			s = s.DeepCopy()
-			s.Annotations[AnnotationNudge] = v.now.Format(time.RFC3339Nano)
+			s.Annotations[AnnotationNudge] = v.Now.Format(time.RFC3339Nano)
 		}
 		kept = append(kept, s)
 	}
-	for _, s := range p.create {
+	for _, s := range p.Create {
 		s = s.DeepCopy()
 		s.UID = types.UID("uid-" + s.Name)
-		s.CreationTimestamp = metav1.NewTime(v.now)
+		s.CreationTimestamp = metav1.NewTime(v.Now)
 		kept = append(kept, s)
 	}
-	v.placeholders = kept
+	v.Placeholders = kept
 	// (placeholderExpected stays: a placeholder created earlier is still on its way.)
 	refreshProvisionView(&v)
 	return v
@@ -477,10 +476,10 @@ func FuzzPlanProvision(f *testing.F) {
 		v := fuzzProvisionView(data)
 		var passes []string
 		for range 4 {
-			p := planProvision(v)
+			p := PlanProvision(v)
 			checkProvisionPlan(t, v, p)
 			passes = append(passes, describeProvision(p))
-			if len(p.create)+len(p.settle)+len(p.toHold)+len(p.delete)+len(p.nudge) == 0 {
+			if len(p.Create)+len(p.Settle)+len(p.ToHold)+len(p.Delete)+len(p.Nudge) == 0 {
 				return
 			}
 			v = applyProvisionPlan(v, p)
@@ -489,39 +488,39 @@ func FuzzPlanProvision(f *testing.F) {
 	})
 }
 
-func describeProvision(p provisionPlan) string {
+func describeProvision(p ProvisionPlan) string {
 	var b strings.Builder
-	for _, h := range p.toHold {
-		fmt.Fprintf(&b, "toHold %s→%s; ", h.svc.Name, h.address)
+	for _, h := range p.ToHold {
+		fmt.Fprintf(&b, "toHold %s→%s; ", h.Svc.Name, h.Address)
 	}
-	fmt.Fprintf(&b, "delete %v; create %v; ", names(p.delete), names(p.create))
-	for _, s := range p.settle {
-		fmt.Fprintf(&b, "settle %s→%s; ", s.svc.Name, s.address.Name)
+	fmt.Fprintf(&b, "delete %v; create %v; ", names(p.Delete), names(p.Create))
+	for _, s := range p.Settle {
+		fmt.Fprintf(&b, "settle %s→%s; ", s.Svc.Name, s.Address.Name)
 	}
-	fmt.Fprintf(&b, "nudge %v; requeue %v", names(p.nudge), p.requeue)
+	fmt.Fprintf(&b, "nudge %v; requeue %v", names(p.Nudge), p.Requeue)
 	return b.String()
 }
 
-// --- planAddress (with planHold, planTeardown, planConflict) ---
+// --- PlanAddress (with planHold, planTeardown, planConflict) ---
 
 // fuzzAddressView builds an address reconciler's view: an address of this driver's class (or
-// not), its pool, its holds, the Service attachedTo names, and other Services showing its IP.
-func fuzzAddressView(data []byte) addressView {
+// not), its pool, its holds, the Service AttachedTo names, and other Services showing its IP.
+func fuzzAddressView(data []byte) AddressView {
 	c := &choices{b: data}
 	fam := c.family()
-	ip := c.ip(fam)
-	a := c.address(ip)
-	v := addressView{addr: a, ip: ip, class: fuzzClass(c), namespace: testDriverNS, now: fuzzNow, nudgeAfter: 3 * time.Second}
-	if v.class != nil && c.yes(10) {
-		v.class.Spec.Parameters = nil // names no pool
+	ip := c.IP(fam)
+	a := c.Address(ip)
+	v := AddressView{Addr: a, IP: ip, Class: fuzzClass(c), Namespace: testDriverNS, Now: fuzzNow, NudgeAfter: 3 * time.Second}
+	if v.Class != nil && c.yes(10) {
+		v.Class.Spec.Parameters = nil // names no pool
 	}
 	switch c.n(6) {
 	case 0:
 		// the pool is gone
 	case 1:
-		v.pool = testPool("198.51.100.0/24") // shrunk: the IP is outside
+		v.Pool = testPool("198.51.100.0/24") // shrunk: the IP is outside
 	default:
-		v.pool = testPool("203.0.113.0/24", "2001:db8::/64")
+		v.Pool = testPool("203.0.113.0/24", "2001:db8::/64")
 	}
 	for i := range c.n(4) {
 		name := HoldName(a.Name)
@@ -540,15 +539,15 @@ func fuzzAddressView(data []byte) addressView {
 		if c.yes(4) {
 			h.Annotations[AnnotationNudge] = fuzzNow.Add(-time.Duration(c.n(100)) * time.Second).Format(time.RFC3339Nano)
 		}
-		v.holds = append(v.holds, h)
+		v.Holds = append(v.Holds, h)
 	}
-	v.holdExpected = len(v.holds) == 0 && c.yes(5)
+	v.HoldExpected = len(v.Holds) == 0 && c.yes(5)
 	var others []*corev1.Service
 	if c.yes(2) {
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "web-uid"}
 		switch c.n(4) {
 		case 0:
-			v.attachedGone = true
+			v.AttachedGone = true
 		default:
 			s := tenantSvc()
 			s.Annotations[ipamv1.AnnotationServiceClaim] = "c"
@@ -558,7 +557,7 @@ func fuzzAddressView(data []byte) addressView {
 			if c.yes(2) {
 				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
 			}
-			v.attached = s
+			v.Attached = s
 			others = append(others, s)
 		}
 	}
@@ -588,49 +587,49 @@ func fuzzAddressView(data []byte) addressView {
 	}
 	// The driver's memory of an attached Service waiting unserved (plan_notserved.go): none,
 	// recent, or older than NotServedAfter.
-	v.notServedAfter = 10 * time.Minute
+	v.NotServedAfter = 10 * time.Minute
 	if c.yes(2) {
-		v.unserved = unservedWait{since: fuzzNow.Add(-time.Duration(c.n(1200)) * time.Second), uid: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
+		v.Unserved = UnservedWait{Since: fuzzNow.Add(-time.Duration(c.n(1200)) * time.Second), UID: []types.UID{"web-uid", "old-uid"}[c.n(2)]}
 	}
 	refreshAddressView(&v, others)
 	// Choices added later come last, each with its old meaning as the first option, so that the
 	// committed seeds decode to the views they were found with (exhausted data chooses the first
 	// option).
-	if !v.unserved.since.IsZero() {
+	if !v.Unserved.Since.IsZero() {
 		// Older by half-minute steps (one byte of choice alone stops short of NotServedAfter),
 		// and whether its Warning was said.
-		v.unserved.since = v.unserved.since.Add(-time.Duration(c.n(24)) * 30 * time.Second)
-		v.unserved.said = c.n(2) == 1
+		v.Unserved.Since = v.Unserved.Since.Add(-time.Duration(c.n(24)) * 30 * time.Second)
+		v.Unserved.Said = c.n(2) == 1
 	}
 	// The guessed release for an attached Service (plan_release.go): off (the default) or on,
 	// its names free, waiting for some time.
 	if c.n(2) == 1 {
-		v.releaseFor, v.releaseAfter = 10*time.Second, 30*time.Second
-		v.stale.names, v.stale.known = staleCandidates(&v, nil)
-		v.stale.free = map[string]bool{}
-		for _, n := range v.stale.names {
-			v.stale.free[n] = true
+		v.ReleaseFor, v.ReleaseAfter = 10*time.Second, 30*time.Second
+		v.Stale.Names, v.Stale.Known = StaleCandidates(&v, nil)
+		v.Stale.Free = map[string]bool{}
+		for _, n := range v.Stale.Names {
+			v.Stale.Free[n] = true
 		}
-		if len(v.stale.names) > 0 {
-			v.stale.since = fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second)
+		if len(v.Stale.Names) > 0 {
+			v.Stale.Since = fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second)
 		}
 	}
 	return v
 }
 
 // refreshAddressView derives the holders of the IP from the Services (holds included).
-func refreshAddressView(v *addressView, others []*corev1.Service) {
-	v.holders = nil
-	for _, s := range append(slices.Clone(v.holds), others...) {
-		h := holder{svc: s, inIngress: slices.Contains(IngressIPs(s), v.ip), inExternalIPs: slices.Contains(ExternalIPs(s), v.ip)}
-		if !h.inIngress && !h.inExternalIPs {
+func refreshAddressView(v *AddressView, others []*corev1.Service) {
+	v.Holders = nil
+	for _, s := range append(slices.Clone(v.Holds), others...) {
+		h := Holder{Svc: s, InIngress: slices.Contains(IngressIPs(s), v.IP), InExternalIPs: slices.Contains(ExternalIPs(s), v.IP)}
+		if !h.InIngress && !h.InExternalIPs {
 			continue
 		}
-		if ref := v.addr.Spec.ClaimRef; ref != nil && s.Namespace == ref.Namespace && s.Labels[LabelRole] == "" {
+		if ref := v.Addr.Spec.ClaimRef; ref != nil && s.Namespace == ref.Namespace && s.Labels[LabelRole] == "" {
 			claim, _ := LinkedClaim(s)
-			h.linksToClaim = claim == ref.Name && (ref.UID == "" || ref.UID == "claim-uid") && ref.Name == "c"
+			h.LinksToClaim = claim == ref.Name && (ref.UID == "" || ref.UID == "claim-uid") && ref.Name == "c"
 		}
-		v.holders = append(v.holders, h)
+		v.Holders = append(v.Holders, h)
 	}
 }
 
@@ -638,129 +637,129 @@ func pinnedTo(s *corev1.Service, ip netip.Addr) bool {
 	return s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), ip)
 }
 
-func checkAddressPlan(t *testing.T, v addressView, p addressPlan) {
+func checkAddressPlan(t *testing.T, v AddressView, p AddressPlan) {
 	t.Helper()
-	a := v.addr
+	a := v.Addr
 	teardown := driverkit.TeardownMayStart(a)
 	// (Whether the teardown unpins the attached Service itself or waits for the Service
 	// reconciler to detach it is the driver's choice; these checks hold either way.)
-	if !teardown && p.removeFinalizer {
+	if !teardown && p.RemoveFinalizer {
 		t.Fatalf("teardown while the core protects the address (deleting %v, finalizers %v)", a.DeletionTimestamp != nil, a.Finalizers)
 	}
 	// Never every hold gone while the address is kept and no pinned Service serves it.
-	if !teardown && len(v.holds) > 0 && len(p.deleteHolds) >= len(v.holds) && !pinnedTo(v.attached, v.ip) {
-		t.Fatalf("deletes every hold %v of an address that is not being torn down and not attached to a pinned Service", names(p.deleteHolds))
+	if !teardown && len(v.Holds) > 0 && len(p.DeleteHolds) >= len(v.Holds) && !pinnedTo(v.Attached, v.IP) {
+		t.Fatalf("deletes every hold %v of an address that is not being torn down and not attached to a pinned Service", names(p.DeleteHolds))
 	}
-	for _, s := range p.deleteHolds {
-		if !slices.Contains(v.holds, s) {
+	for _, s := range p.DeleteHolds {
+		if !slices.Contains(v.Holds, s) {
 			t.Fatalf("deletes %s, which is not a hold of the address", s.Name)
 		}
 	}
-	if h := p.createHold; h != nil {
+	if h := p.CreateHold; h != nil {
 		switch {
 		case teardown:
 			// (One the core still protects is held, even when an admin removed the driver's
 			// finalizer: the IP stays the claim's; the hold is swept once the address is gone.)
 			t.Fatalf("creates a hold for an address being torn down")
-		case len(v.holds) > 0 || v.holdExpected:
-			t.Fatalf("creates hold %s while the address has %v (expected %v): two holds", h.Name, names(v.holds), v.holdExpected)
-		case v.attached != nil:
-			t.Fatalf("creates hold %s for an address attached to Service %s", h.Name, v.attached.Name)
-		case h.Labels[LabelAddress] != a.Name || h.Annotations[metallb.AnnotationLoadBalancerIPs] != v.ip.String():
+		case len(v.Holds) > 0 || v.HoldExpected:
+			t.Fatalf("creates hold %s while the address has %v (expected %v): two holds", h.Name, names(v.Holds), v.HoldExpected)
+		case v.Attached != nil:
+			t.Fatalf("creates hold %s for an address attached to Service %s", h.Name, v.Attached.Name)
+		case h.Labels[LabelAddress] != a.Name || h.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String():
 			t.Fatalf("hold %s labelled %v pinned %q", h.Name, h.Labels, h.Annotations[metallb.AnnotationLoadBalancerIPs])
 		}
 	}
-	if p.pinHold != nil && (slices.Contains(p.deleteHolds, p.pinHold) || !slices.Contains(v.holds, p.pinHold)) {
-		t.Fatalf("pins %s, which is deleted or not a hold", p.pinHold.Name)
+	if p.PinHold != nil && (slices.Contains(p.DeleteHolds, p.PinHold) || !slices.Contains(v.Holds, p.PinHold)) {
+		t.Fatalf("pins %s, which is deleted or not a hold", p.PinHold.Name)
 	}
-	if s := p.status; s != nil {
+	if s := p.Status; s != nil {
 		switch {
 		case s.Phase != a.Status.Phase || s.ReleasedAt != a.Status.ReleasedAt:
 			t.Fatalf("the driver writes the core's phase: %q → %q", a.Status.Phase, s.Phase)
 		case s.AttachedTo != nil && (a.Status.AttachedTo == nil || *s.AttachedTo != *a.Status.AttachedTo):
 			t.Fatalf("the address pass sets attachedTo %+v (was %+v)", s.AttachedTo, a.Status.AttachedTo)
-		case s.AttachedTo == nil && a.Status.AttachedTo != nil && !v.attachedGone:
+		case s.AttachedTo == nil && a.Status.AttachedTo != nil && !v.AttachedGone:
 			t.Fatalf("ends the attachment to live Service %s", a.Status.AttachedTo.Name)
 		}
 	}
-	if p.requeue > driverkit.MaxRecheck || p.requeue < 0 {
-		t.Fatalf("requeue %v", p.requeue)
+	if p.Requeue > driverkit.MaxRecheck || p.Requeue < 0 {
+		t.Fatalf("requeue %v", p.Requeue)
 	}
 	status := a.Status
-	if p.status != nil {
-		status = *p.status
+	if p.Status != nil {
+		status = *p.Status
 	}
 	if c := meta.FindStatusCondition(status.Conditions, ipamv1.ConditionHeld); c != nil && c.Status == metav1.ConditionFalse &&
-		(c.Reason == ReasonWaitingForMetalLB || c.Reason == ReasonReleasing) && !teardown && p.requeue <= 0 && p.createHold == nil {
+		(c.Reason == ReasonWaitingForMetalLB || c.Reason == ReasonReleasing) && !teardown && p.Requeue <= 0 && p.CreateHold == nil {
 		t.Fatalf("Held=False/%s with no re-check", c.Reason)
 	}
 }
 
 // applyAddressPlan is the snapshot after the plan's writes have reached the cache.
-func applyAddressPlan(v addressView, p addressPlan, others []*corev1.Service) addressView {
-	a := v.addr.DeepCopy()
-	if p.addFinalizer {
-		controllerutil.AddFinalizer(a, Finalizer)
+func applyAddressPlan(v AddressView, p AddressPlan, others []*corev1.Service) AddressView {
+	a := v.Addr.DeepCopy()
+	if p.AddFinalizer && !slices.Contains(a.Finalizers, Finalizer) {
+		a.Finalizers = append(a.Finalizers, Finalizer)
 	}
-	if p.removeFinalizer {
-		controllerutil.RemoveFinalizer(a, Finalizer)
+	if p.RemoveFinalizer {
+		a.Finalizers = slices.DeleteFunc(a.Finalizers, func(f string) bool { return f == Finalizer })
 	}
-	if p.status != nil {
-		a.Status = *p.status.DeepCopy()
+	if p.Status != nil {
+		a.Status = *p.Status.DeepCopy()
 	}
-	v.addr = a
+	v.Addr = a
 	var holds []*corev1.Service
-	for _, h := range v.holds {
-		if slices.Contains(p.deleteHolds, h) {
+	for _, h := range v.Holds {
+		if slices.Contains(p.DeleteHolds, h) {
 			continue
 		}
-		if pin, nudge := h == p.pinHold, h == p.nudge; pin || nudge {
+		if pin, nudge := h == p.PinHold, h == p.Nudge; pin || nudge {
 			h = h.DeepCopy()
 			if pin {
-				h.Annotations[metallb.AnnotationLoadBalancerIPs] = v.ip.String()
+				h.Annotations[metallb.AnnotationLoadBalancerIPs] = v.IP.String()
 			}
 			if nudge {
-				h.Annotations[AnnotationNudge] = v.now.Format(time.RFC3339Nano)
+				h.Annotations[AnnotationNudge] = v.Now.Format(time.RFC3339Nano)
 			}
 		}
 		holds = append(holds, h)
 	}
-	if h := p.createHold; h != nil {
+	if h := p.CreateHold; h != nil {
 		h = h.DeepCopy()
 		h.UID = "uid-new-hold"
-		h.CreationTimestamp = metav1.NewTime(v.now)
+		h.CreationTimestamp = metav1.NewTime(v.Now)
 		holds = append(holds, h)
 	}
-	v.holds = holds
-	if p.createHold != nil {
-		v.holdExpected = false // the new hold is in view
+	v.Holds = holds
+	if p.CreateHold != nil {
+		v.HoldExpected = false // the new hold is in view
 	}
-	if v.attachedGone && a.Status.AttachedTo == nil {
-		v.attachedGone = false
+	if v.AttachedGone && a.Status.AttachedTo == nil {
+		v.AttachedGone = false
 	}
-	if p.unserved != nil {
-		v.unserved = *p.unserved
+	if p.Unserved != nil {
+		v.Unserved = *p.Unserved
 	}
-	if w := p.release.wait; w != nil {
-		v.stale.since, v.stale.last = w.since, w.last
+	if w := p.Release.Wait; w != nil {
+		v.Stale.Since, v.Stale.Last = w.Since, w.Last
 	}
-	if p.release.forget {
-		v.stale.since, v.stale.last = time.Time{}, time.Time{}
+	if p.Release.Forget {
+		v.Stale.Since, v.Stale.Last = time.Time{}, time.Time{}
 	}
 	refreshAddressView(&v, others)
 	return v
 }
 
 // othersOf are the Services of a view that are not holds.
-func othersOf(v addressView) []*corev1.Service {
+func othersOf(v AddressView) []*corev1.Service {
 	var out []*corev1.Service
-	for _, h := range v.holders {
-		if !slices.Contains(v.holds, h.svc) {
-			out = append(out, h.svc)
+	for _, h := range v.Holders {
+		if !slices.Contains(v.Holds, h.Svc) {
+			out = append(out, h.Svc)
 		}
 	}
-	if v.attached != nil && !slices.ContainsFunc(out, func(s *corev1.Service) bool { return s.UID == v.attached.UID }) {
-		out = append(out, v.attached)
+	if v.Attached != nil && !slices.ContainsFunc(out, func(s *corev1.Service) bool { return s.UID == v.Attached.UID }) {
+		out = append(out, v.Attached)
 	}
 	return out
 }
@@ -778,42 +777,42 @@ func FuzzPlanAddress(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v := fuzzAddressView(data)
 		others := othersOf(v)
-		p := planAddress(v)
+		p := PlanAddress(v)
 		checkAddressPlan(t, v, p)
 		after := applyAddressPlan(v, p, others)
-		again := planAddress(after)
+		again := PlanAddress(after)
 		checkAddressPlan(t, after, again)
-		if again.addFinalizer || again.removeFinalizer || len(again.deleteHolds) > 0 || again.createHold != nil ||
-			again.pinHold != nil || again.status != nil {
+		if again.AddFinalizer || again.RemoveFinalizer || len(again.DeleteHolds) > 0 || again.CreateHold != nil ||
+			again.PinHold != nil || again.Status != nil {
 			t.Fatalf("not idempotent: after the plan's writes, planning again writes more:\nfirst:  %s\nsecond: %s", describeAddress(p), describeAddress(again))
 		}
 		// Nor says anything again that is not deduplicated (a Warning sent on every pass).
-		for _, e := range again.events {
-			if !e.once {
-				t.Fatalf("says %s %q again on the next pass:\nfirst:  %s\nsecond: %s", e.reason, e.message, describeAddress(p), describeAddress(again))
+		for _, e := range again.Events {
+			if !e.Once {
+				t.Fatalf("says %s %q again on the next pass:\nfirst:  %s\nsecond: %s", e.Reason, e.Message, describeAddress(p), describeAddress(again))
 			}
 		}
 	})
 }
 
-func describeAddress(p addressPlan) string {
+func describeAddress(p AddressPlan) string {
 	s := fmt.Sprintf("addFinalizer %v removeFinalizer %v deleteHolds %v createHold %v pinHold %v requeue %v",
-		p.addFinalizer, p.removeFinalizer, names(p.deleteHolds), p.createHold != nil, p.pinHold != nil, p.requeue)
-	if p.status != nil {
-		s += fmt.Sprintf(" status attachedTo=%v", p.status.AttachedTo)
-		for _, c := range p.status.Conditions {
+		p.AddFinalizer, p.RemoveFinalizer, names(p.DeleteHolds), p.CreateHold != nil, p.PinHold != nil, p.Requeue)
+	if p.Status != nil {
+		s += fmt.Sprintf(" status attachedTo=%v", p.Status.AttachedTo)
+		for _, c := range p.Status.Conditions {
 			s += fmt.Sprintf(" %s=%s/%s", c.Type, c.Status, c.Reason)
 		}
 	}
 	return s
 }
 
-// --- planAttach ---
+// --- PlanAttach ---
 
 // fuzzAttachView builds a Service reconciler's view: a tenant Service, the claim it links to
 // (any phase, or none), the claim's addresses as the cache shows them (bound to it or not,
 // attached here, elsewhere or nowhere), their holds, and this driver's writes the cache lags on.
-func fuzzAttachView(data []byte) attachView {
+func fuzzAttachView(data []byte) AttachView {
 	c := &choices{b: data}
 	s := tenantSvc()
 	s.CreationTimestamp = c.age()
@@ -830,9 +829,9 @@ func fuzzAttachView(data []byte) attachView {
 		s.Spec.Type = corev1.ServiceTypeClusterIP
 	}
 	s.DeletionTimestamp = c.deleted()
-	v := attachView{svc: s, now: fuzzNow, placeholder: c.yes(20), servable: map[string]bool{}, elsewhere: map[string]bool{}, attached: map[string]bool{}}
+	v := AttachView{Svc: s, Now: fuzzNow, Placeholder: c.yes(20), Servable: map[string]bool{}, Elsewhere: map[string]bool{}, Attached: map[string]bool{}}
 	if c.yes(6) {
-		v.why = []string{"", `IPAddressClaim t/c does not exist`}[c.n(2)]
+		v.Why = []string{"", `IPAddressClaim t/c does not exist`}[c.n(2)]
 	} else {
 		claimFam := fam
 		if c.yes(8) {
@@ -840,16 +839,16 @@ func fuzzAttachView(data []byte) attachView {
 		}
 		claim := boundClaim([]ipamv1.ClaimPhase{ipamv1.ClaimBound, ipamv1.ClaimBound, ipamv1.ClaimPending, ipamv1.ClaimLost, ""}[c.n(5)])
 		claim.Spec.Family = claimFam
-		v.claim = claim
+		v.Claim = claim
 		if claim.Status.Phase != ipamv1.ClaimPending && claim.Status.Phase != "" {
 			for _, f := range claimFam.Families() {
-				ip := c.ip(f)
+				ip := c.IP(f)
 				claim.Status.Addresses = append(claim.Status.Addresses, ipamv1.ClaimedAddress{Name: ipamv1.AddressName(ip), Address: ip.String(), Family: f})
 				if c.yes(10) {
-					v.addrs = append(v.addrs, nil) // not in the cache yet
+					v.Addrs = append(v.Addrs, nil) // not in the cache yet
 					continue
 				}
-				a := c.address(ip)
+				a := c.Address(ip)
 				a.Finalizers = []string{Finalizer, ipamv1.FinalizerAddress}
 				if c.yes(5) {
 					a.Finalizers = a.Finalizers[:1]
@@ -865,16 +864,16 @@ func fuzzAttachView(data []byte) attachView {
 					a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "old-web-uid"}
 				case 2:
 					a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "db", UID: "db-uid"}
-					v.elsewhere[a.Name] = !c.yes(3)
+					v.Elsewhere[a.Name] = !c.yes(3)
 				}
-				v.servable[a.Name] = !c.yes(10)
+				v.Servable[a.Name] = !c.yes(10)
 				if c.yes(6) {
-					v.attached[a.Name] = c.yes(2) // attached here (or elsewhere) a moment ago
+					v.Attached[a.Name] = c.yes(2) // attached here (or elsewhere) a moment ago
 				}
-				v.addrs = append(v.addrs, a)
+				v.Addrs = append(v.Addrs, a)
 				if !c.yes(3) {
 					h := hold(a.Name, ip.String(), c.yes(2))
-					v.holds = append(v.holds, h)
+					v.Holds = append(v.Holds, h)
 				}
 			}
 		}
@@ -882,8 +881,8 @@ func fuzzAttachView(data []byte) attachView {
 	// The pin and the driver's markers on the Service.
 	switch c.n(5) {
 	case 0:
-		if v.claim != nil {
-			pinned(s, PinValue(v.claim.Status.Addresses))
+		if v.Claim != nil {
+			pinned(s, PinValue(v.Claim.Status.Addresses))
 		}
 	case 1:
 		pinned(s, "203.0.113.9")
@@ -892,141 +891,141 @@ func fuzzAttachView(data []byte) attachView {
 	case 3:
 		s.Annotations[AnnotationReleasing] = "203.0.113.1"
 	}
-	if v.claim != nil && c.yes(6) {
-		v.pinned = PinValue(v.claim.Status.Addresses)
+	if v.Claim != nil && c.yes(6) {
+		v.Pinned = PinValue(v.Claim.Status.Addresses)
 	}
 	// An address of another claim this Service was attached to before a re-link.
 	if c.yes(5) {
-		a := c.address(netip.MustParseAddr("198.51.100.7"))
+		a := c.Address(netip.MustParseAddr("198.51.100.7"))
 		a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: "t", Name: "previous", UID: "previous-uid"}
 		a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "web-uid"}
-		v.attachedHere = append(v.attachedHere, a)
+		v.AttachedHere = append(v.AttachedHere, a)
 	}
 	refreshAttachView(&v)
 	return v
 }
 
 // refreshAttachView derives attachedHere from the addresses of the claim.
-func refreshAttachView(v *attachView) {
+func refreshAttachView(v *AttachView) {
 	var here []*ipamv1.IPAddress
-	for _, a := range v.attachedHere {
-		if !slices.ContainsFunc(v.addrs, func(x *ipamv1.IPAddress) bool { return x != nil && x.Name == a.Name }) {
+	for _, a := range v.AttachedHere {
+		if !slices.ContainsFunc(v.Addrs, func(x *ipamv1.IPAddress) bool { return x != nil && x.Name == a.Name }) {
 			if a.Status.AttachedTo != nil {
 				here = append(here, a) // another claim's
 			}
 		}
 	}
-	for _, a := range v.addrs {
-		if a != nil && a.Status.AttachedTo != nil && attachedTo(a.Status.AttachedTo, v.svc) {
+	for _, a := range v.Addrs {
+		if a != nil && a.Status.AttachedTo != nil && AttachedTo(a.Status.AttachedTo, v.Svc) {
 			here = append(here, a)
 		}
 	}
-	v.attachedHere = here
+	v.AttachedHere = here
 }
 
-func checkAttachPlan(t *testing.T, v attachView, p attachPlan) {
+func checkAttachPlan(t *testing.T, v AttachView, p AttachPlan) {
 	t.Helper()
-	claim := v.claim
-	attaching := p.pin != "" || len(p.attach) > 0 || len(p.deleteHolds) > 0
-	if attaching && p.detach {
-		t.Fatalf("both attaches (pin %q, %d addresses) and detaches", p.pin, len(p.attach))
+	claim := v.Claim
+	attaching := p.Pin != "" || len(p.Attach) > 0 || len(p.DeleteHolds) > 0
+	if attaching && p.Detach {
+		t.Fatalf("both attaches (pin %q, %d addresses) and detaches", p.Pin, len(p.Attach))
 	}
 	if attaching {
 		switch {
-		case v.placeholder:
+		case v.Placeholder:
 			t.Fatal("attaches one of the driver's own placeholders")
 		case claim == nil || claim.Status.Phase != ipamv1.ClaimBound:
 			t.Fatalf("attaches to a claim that is not Bound (%v)", claim)
-		case v.svc.Spec.Type != corev1.ServiceTypeLoadBalancer || v.svc.DeletionTimestamp != nil:
+		case v.Svc.Spec.Type != corev1.ServiceTypeLoadBalancer || v.Svc.DeletionTimestamp != nil:
 			t.Fatal("attaches a Service that is not a live LoadBalancer")
 		}
 		// Never a pin or an attachment to an address that is not the claim's.
-		for i, a := range v.addrs {
+		for i, a := range v.Addrs {
 			switch {
 			case a == nil:
 				t.Fatalf("attaches while IPAddress %s is not in the cache", claim.Status.Addresses[i].Name)
 			case !driverkit.BoundTo(a, claim):
 				t.Fatalf("attaches to IPAddress %s, whose claimRef %+v is not the claim's", a.Name, a.Spec.ClaimRef)
-			case driverkit.TeardownMayStart(a) || !v.servable[a.Name]:
+			case driverkit.TeardownMayStart(a) || !v.Servable[a.Name]:
 				t.Fatalf("attaches to IPAddress %s, which is torn down or not this driver's", a.Name)
-			case a.Status.AttachedTo != nil && !attachedTo(a.Status.AttachedTo, v.svc) && v.elsewhere[a.Name]:
+			case a.Status.AttachedTo != nil && !AttachedTo(a.Status.AttachedTo, v.Svc) && v.Elsewhere[a.Name]:
 				t.Fatalf("attaches IPAddress %s, attached to live Service %s", a.Name, a.Status.AttachedTo.Name)
 			}
 		}
 	}
-	if p.pin != "" {
-		if !sameIPs(parseIPList(p.pin), parseIPList(PinValue(claim.Status.Addresses))) {
-			t.Fatalf("pins %q, not the claim's addresses %v", p.pin, claim.Status.Addresses)
+	if p.Pin != "" {
+		if !SameIPs(ParseIPList(p.Pin), ParseIPList(PinValue(claim.Status.Addresses))) {
+			t.Fatalf("pins %q, not the claim's addresses %v", p.Pin, claim.Status.Addresses)
 		}
-		if !FamiliesFit(v.svc, claim.Spec.Family) {
+		if !FamiliesFit(v.Svc, claim.Spec.Family) {
 			t.Fatalf("pins a Service whose families do not fit claim family %s", claim.Spec.Family)
 		}
 	}
-	for _, a := range p.attach {
-		if !slices.Contains(v.addrs, a) {
+	for _, a := range p.Attach {
+		if !slices.Contains(v.Addrs, a) {
 			t.Fatalf("attaches IPAddress %s, not one of the claim's", a.Name)
 		}
 	}
-	for _, a := range p.unattach {
-		if slices.ContainsFunc(v.addrs, func(x *ipamv1.IPAddress) bool { return x != nil && x.Name == a.Name }) {
+	for _, a := range p.Unattach {
+		if slices.ContainsFunc(v.Addrs, func(x *ipamv1.IPAddress) bool { return x != nil && x.Name == a.Name }) {
 			t.Fatalf("ends the attachment of IPAddress %s of the claim it attaches to", a.Name)
 		}
 	}
-	if p.requeue > driverkit.MaxRecheck || p.requeue < 0 {
-		t.Fatalf("requeue %v", p.requeue)
+	if p.Requeue > driverkit.MaxRecheck || p.Requeue < 0 {
+		t.Fatalf("requeue %v", p.Requeue)
 	}
-	if claim != nil && !v.placeholder && v.svc.Spec.Type == corev1.ServiceTypeLoadBalancer && v.svc.DeletionTimestamp == nil &&
-		claim.Status.Phase != ipamv1.ClaimBound && claim.Status.Phase != ipamv1.ClaimLost && p.requeue <= 0 {
+	if claim != nil && !v.Placeholder && v.Svc.Spec.Type == corev1.ServiceTypeLoadBalancer && v.Svc.DeletionTimestamp == nil &&
+		claim.Status.Phase != ipamv1.ClaimBound && claim.Status.Phase != ipamv1.ClaimLost && p.Requeue <= 0 {
 		t.Fatalf("a Service waiting for claim phase %q with no re-check", claim.Status.Phase)
 	}
 }
 
 // applyAttachPlan is the snapshot after the plan's writes have reached the cache.
-func applyAttachPlan(v attachView, p attachPlan) attachView {
-	s := v.svc.DeepCopy()
+func applyAttachPlan(v AttachView, p AttachPlan) AttachView {
+	s := v.Svc.DeepCopy()
 	replace := func(a *ipamv1.IPAddress, at *ipamv1.AttachmentReference) *ipamv1.IPAddress {
 		a = a.DeepCopy()
 		a.Status.AttachedTo = at
 		return a
 	}
-	if p.detach {
+	if p.Detach {
 		if s.Annotations[AnnotationPinned] == "true" {
 			s.Annotations[AnnotationReleasing] = s.Annotations[metallb.AnnotationLoadBalancerIPs]
 			delete(s.Annotations, metallb.AnnotationLoadBalancerIPs)
 			delete(s.Annotations, AnnotationPinned)
 		}
-		for i, a := range v.addrs {
-			if a != nil && slices.Contains(v.attachedHere, a) {
-				v.addrs[i] = replace(a, nil)
+		for i, a := range v.Addrs {
+			if a != nil && slices.Contains(v.AttachedHere, a) {
+				v.Addrs[i] = replace(a, nil)
 			}
 		}
-		v.attachedHere = nil
+		v.AttachedHere = nil
 	}
-	for i, a := range v.addrs {
-		if slices.Contains(p.attach, a) {
-			v.addrs[i] = replace(a, &ipamv1.AttachmentReference{Kind: "Service", Namespace: s.Namespace, Name: s.Name, UID: s.UID})
+	for i, a := range v.Addrs {
+		if slices.Contains(p.Attach, a) {
+			v.Addrs[i] = replace(a, &ipamv1.AttachmentReference{Kind: "Service", Namespace: s.Namespace, Name: s.Name, UID: s.UID})
 		}
 	}
 	var holds []*corev1.Service
-	for _, h := range v.holds {
-		if !slices.Contains(p.deleteHolds, h) {
+	for _, h := range v.Holds {
+		if !slices.Contains(p.DeleteHolds, h) {
 			holds = append(holds, h)
 		}
 	}
-	v.holds = holds
-	if p.pin != "" {
-		s.Annotations[metallb.AnnotationLoadBalancerIPs] = p.pin
+	v.Holds = holds
+	if p.Pin != "" {
+		s.Annotations[metallb.AnnotationLoadBalancerIPs] = p.Pin
 		s.Annotations[AnnotationPinned] = "true"
 		delete(s.Annotations, AnnotationReleasing)
 	}
 	var here []*ipamv1.IPAddress
-	for _, a := range v.attachedHere {
-		if !slices.Contains(p.unattach, a) {
+	for _, a := range v.AttachedHere {
+		if !slices.Contains(p.Unattach, a) {
 			here = append(here, a)
 		}
 	}
-	v.attachedHere = here
-	v.svc = s
+	v.AttachedHere = here
+	v.Svc = s
 	// (v.pinned and v.attached stay: only this plan's writes have reached the cache.)
 	refreshAttachView(&v)
 	return v
@@ -1044,26 +1043,26 @@ func FuzzPlanAttach(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v := fuzzAttachView(data)
-		p := planAttach(v)
+		p := PlanAttach(v)
 		checkAttachPlan(t, v, p)
 		after := applyAttachPlan(v, p)
-		again := planAttach(after)
+		again := PlanAttach(after)
 		checkAttachPlan(t, after, again)
-		if len(again.attach) > 0 || len(again.deleteHolds) > 0 || again.pin != "" || len(again.unattach) > 0 {
+		if len(again.Attach) > 0 || len(again.DeleteHolds) > 0 || again.Pin != "" || len(again.Unattach) > 0 {
 			t.Fatalf("not idempotent: after the plan's writes, planning again writes more:\nfirst:  %s\nsecond: %s", describeAttach(p), describeAttach(again))
 		}
 	})
 }
 
-func describeAttach(p attachPlan) string {
+func describeAttach(p AttachPlan) string {
 	var at, un []string
-	for _, a := range p.attach {
+	for _, a := range p.Attach {
 		at = append(at, a.Name)
 	}
-	for _, a := range p.unattach {
+	for _, a := range p.Unattach {
 		un = append(un, a.Name)
 	}
-	return fmt.Sprintf("attach %v deleteHolds %v pin %q unattach %v detach %v requeue %v", at, names(p.deleteHolds), p.pin, un, p.detach, p.requeue)
+	return fmt.Sprintf("attach %v deleteHolds %v pin %q unattach %v detach %v requeue %v", at, names(p.DeleteHolds), p.Pin, un, p.Detach, p.Requeue)
 }
 
 // Found by FuzzPlanProvision (testdata/fuzz/FuzzPlanProvision/2d5d7479213dc1a4): a placeholder
@@ -1072,19 +1071,19 @@ func describeAttach(p attachPlan) string {
 // event stranded it Pending (docs/design.md#nothing-waits-on-an-event-alone).
 func TestPlanProvisionRechecksARelabelLeftBehindByTheCache(t *testing.T) {
 	const ip = "2001:db8::1"
-	p := planProvision(pview(stampedClaim(ipamv1.IPv6), func(v *provisionView) {
+	p := PlanProvision(pview(stampedClaim(ipamv1.IPv6), func(v *ProvisionView) {
 		s := provisioning("claim-uid", ipamv1.IPv6, ip)
-		v.placeholders = []*corev1.Service{s}
+		v.Placeholders = []*corev1.Service{s}
 		a := testAddress(ip, Finalizer)
 		a.Spec.ClaimRef = &ipamv1.ClaimReference{Namespace: "t", Name: "other", UID: "other-uid"}
-		v.addresses[a.Name] = a
-		v.holdOf[a.Name] = s.Name
+		v.Addresses[a.Name] = a
+		v.HoldOf[a.Name] = s.Name
 	}))
-	if len(p.create)+len(p.delete)+len(p.toHold)+len(p.settle) != 0 {
+	if len(p.Create)+len(p.Delete)+len(p.ToHold)+len(p.Settle) != 0 {
 		t.Fatalf("writes for a relabel the cache has not shown yet: %s", describeProvision(p))
 	}
-	if p.requeue <= 0 || p.requeue > driverkit.MaxRecheck {
-		t.Fatalf("the claim still misses IPv6, yet the re-check is %v", p.requeue)
+	if p.Requeue <= 0 || p.Requeue > driverkit.MaxRecheck {
+		t.Fatalf("the claim still misses IPv6, yet the re-check is %v", p.Requeue)
 	}
 }
 
@@ -1096,14 +1095,14 @@ func TestPlanProvisionRechecksARelabelLeftBehindByTheCache(t *testing.T) {
 // the address reconciler waited for the placeholder to become its hold for good.
 func TestPlanProvisionRechecksAGoneClaimsPlaceholder(t *testing.T) {
 	const ip = "203.0.113.1"
-	p := planProvision(pview(nil, func(v *provisionView) {
+	p := PlanProvision(pview(nil, func(v *ProvisionView) {
 		s := provisioning("claim-uid", ipamv1.IPv4, ip)
-		v.placeholders = []*corev1.Service{s}
+		v.Placeholders = []*corev1.Service{s}
 		a := testAddress(ip, Finalizer, ipamv1.FinalizerAddress)
-		v.addresses[a.Name] = a
-		v.holdOf[a.Name] = s.Name // the expectation of a hold of that name, now gone
+		v.Addresses[a.Name] = a
+		v.HoldOf[a.Name] = s.Name // the expectation of a hold of that name, now gone
 	}))
-	if p.requeue <= 0 || p.requeue > driverkit.MaxRecheck {
-		t.Fatalf("a gone claim's placeholder left with re-check %v: %s", p.requeue, describeProvision(p))
+	if p.Requeue <= 0 || p.Requeue > driverkit.MaxRecheck {
+		t.Fatalf("a gone claim's placeholder left with re-check %v: %s", p.Requeue, describeProvision(p))
 	}
 }

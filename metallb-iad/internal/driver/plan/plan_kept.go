@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	"fmt"
@@ -24,17 +24,17 @@ import (
 // read: MetalLB's latest reports, which of the Services they name exist (read uncached), and
 // since when the driver has seen them gone (its memory).
 
-// keptGrace is how long a Service named by MetalLB's report must have been seen gone before the
+// KeptGrace is how long a Service named by MetalLB's report must have been seen gone before the
 // driver concludes that MetalLB keeps the IP for it. An ordinary deletion (a tenant deleting the
 // Service that took the address, an admin removing an intruder) is handled by MetalLB within
 // seconds, and its pass over every Service after it serves the refused hold: that is no reason
 // to call an admin.
-const keptGrace = 30 * time.Second
+const KeptGrace = 30 * time.Second
 
-// keptCandidates are the Services that MetalLB's latest reports (messages, "" for none) say use
+// KeptCandidates are the Services that MetalLB's latest reports (messages, "" for none) say use
 // the IP, outside the driver's namespace (its own names are released, plan_release.go) and other
 // than the attached Service itself.
-func keptCandidates(messages []string, driverNamespace string, attached *corev1.Service) []types.NamespacedName {
+func KeptCandidates(messages []string, driverNamespace string, attached *corev1.Service) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, msg := range messages {
 		for _, k := range inUseBy(msg) {
@@ -48,14 +48,14 @@ func keptCandidates(messages []string, driverNamespace string, attached *corev1.
 	return out
 }
 
-// keptVerdict decides which of the named Services seen gone (goneSince: "namespace/name" → when
-// the driver first saw it gone) MetalLB keeps the IP for: those gone for keptGrace, or every one
+// KeptVerdict decides which of the named Services seen gone (goneSince: "namespace/name" → when
+// the driver first saw it gone) MetalLB keeps the IP for: those gone for KeptGrace, or every one
 // of them when the address says so already (said: its Held condition is KeptByMetalLB, which a
-// restart of the driver must not take back for keptGrace). recheck is when the next one is due
+// restart of the driver must not take back for KeptGrace). recheck is when the next one is due
 // (zero: none).
-func keptVerdict(goneSince map[string]time.Time, now time.Time, said bool) (kept []string, recheck time.Duration) {
+func KeptVerdict(goneSince map[string]time.Time, now time.Time, said bool) (kept []string, recheck time.Duration) {
 	for name, since := range goneSince {
-		wait := keptGrace - now.Sub(since)
+		wait := KeptGrace - now.Sub(since)
 		if said || wait <= 0 {
 			kept = append(kept, name)
 		} else if recheck == 0 || wait < recheck {
@@ -66,8 +66,8 @@ func keptVerdict(goneSince map[string]time.Time, now time.Time, said bool) (kept
 	return kept, recheck
 }
 
-// keptSaid: the address says MetalLB keeps its IP for a deleted Service.
-func keptSaid(a *ipamv1.IPAddress) bool {
+// KeptSaid: the address says MetalLB keeps its IP for a deleted Service.
+func KeptSaid(a *ipamv1.IPAddress) bool {
 	c := findCondition(a, ipamv1.ConditionHeld)
 	return c != nil && c.Reason == ReasonKeptByMetalLB
 }
@@ -75,29 +75,29 @@ func keptSaid(a *ipamv1.IPAddress) bool {
 // kept: MetalLB keeps the IP for a deleted Service of another namespace, by this pass's
 // verdict, or by the address's own condition when MetalLB's report on it is gone (it expires
 // after an hour, and nothing makes MetalLB repeat it) and nothing newer says otherwise.
-func (v *addressView) kept() bool {
-	return len(v.keptBy) > 0 || (keptSaid(v.addr) && !v.reported)
+func (v *AddressView) kept() bool {
+	return len(v.KeptBy) > 0 || (KeptSaid(v.Addr) && !v.Reported)
 }
 
 // keptMessage names the Services MetalLB keeps the IP for; when the report is gone, the
 // condition's own words stay.
-func (v *addressView) keptMessage() string {
-	if len(v.keptBy) == 0 {
-		if c := findCondition(v.addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
+func (v *AddressView) keptMessage() string {
+	if len(v.KeptBy) == 0 {
+		if c := findCondition(v.Addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
 			return c.Message
 		}
 	}
-	return keptByMessage(v.ip, v.keptBy)
+	return keptByMessage(v.IP, v.KeptBy)
 }
 
 // planKept says that MetalLB keeps the IP for a deleted Service of another namespace:
 // Held=False KeptByMetalLB, naming it (the address is the admin's object), with a Warning on the
 // address when the condition turns so (a restart of the driver, which finds it said, says
 // nothing new).
-func planKept(v addressView, msg string, status *ipamv1.IPAddressStatus, p *addressPlan) {
-	setCondition(v.addr, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
-	if !keptSaid(v.addr) {
-		p.events = append(p.events, event{obj: v.addr, warning: true, reason: ReasonKeptByMetalLB, message: msg, once: true})
+func planKept(v AddressView, msg string, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
+	if !KeptSaid(v.Addr) {
+		p.Events = append(p.Events, Event{Obj: v.Addr, Warning: true, Reason: ReasonKeptByMetalLB, Message: msg, Once: true})
 	}
 }
 
@@ -105,31 +105,31 @@ func planKept(v addressView, msg string, status *ipamv1.IPAddressStatus, p *addr
 // another namespace (planKept, the condition naming the attached Service too) and tells the
 // tenant's Service, naming nothing of another namespace, once per wait: the NotServed Warning is
 // not said again for it (plan_notserved.go).
-func planKeptForService(v addressView, status *ipamv1.IPAddressStatus, p *addressPlan) {
-	s := v.attached
+func planKeptForService(v AddressView, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+	s := v.Attached
 	waits := fmt.Sprintf("; Service %s/%s, attached to the address, waits for it", s.Namespace, s.Name)
 	msg := v.keptMessage()
-	if len(v.keptBy) > 0 {
+	if len(v.KeptBy) > 0 {
 		msg += waits
 	}
 	// Said to this Service before: by this driver's memory, or (after a restart of the driver)
 	// by the address's condition naming it.
-	c := findCondition(v.addr, ipamv1.ConditionHeld)
-	toldBefore := keptSaid(v.addr) && strings.HasSuffix(c.Message, waits)
+	c := findCondition(v.Addr, ipamv1.ConditionHeld)
+	toldBefore := KeptSaid(v.Addr) && strings.HasSuffix(c.Message, waits)
 	planKept(v, msg, status, p)
-	w := v.unserved
-	if p.unserved != nil {
-		w = *p.unserved
+	w := v.Unserved
+	if p.Unserved != nil {
+		w = *p.Unserved
 	}
-	if w.uid != s.UID || w.since.IsZero() {
-		w = unservedWait{since: v.now, uid: s.UID}
+	if w.UID != s.UID || w.Since.IsZero() {
+		w = UnservedWait{Since: v.Now, UID: s.UID}
 	}
-	if w.said || toldBefore {
+	if w.Said || toldBefore {
 		return
 	}
-	w.said = true
-	p.unserved = &w
-	p.events = append(p.events, event{obj: s, warning: true, reason: ReasonNotServed,
-		message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service): after a restart of its controller it still counts the address as used by a Service that no longer exists; an administrator frees it by restarting MetalLB's controller",
-			v.ip, v.addr.Name)})
+	w.Said = true
+	p.Unserved = &w
+	p.Events = append(p.Events, Event{Obj: s, Warning: true, Reason: ReasonNotServed,
+		Message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service): after a restart of its controller it still counts the address as used by a Service that no longer exists; an administrator frees it by restarting MetalLB's controller",
+			v.IP, v.Addr.Name)})
 }

@@ -1,4 +1,4 @@
-package driver
+package plan
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -16,23 +16,23 @@ import (
 // (the policy cannot tell an auto-claimed Service that still shows the address being released from
 // one that had an address before auto-claim), and takes the parking annotation off a Service that
 // no longer qualifies (it stopped naming a claim, opted out of auto-claim, or its class is not this
-// driver's), which the policies never do. parkingWanted mirrors the policies' conditions, so the
+// driver's), which the policies never do. ParkingWanted mirrors the policies' conditions, so the
 // two never undo each other.
 
 // parkable: a Service MetalLB would serve that requests no address of its own (no
 // loadBalancerClass, no MetalLB annotation or spec.loadBalancerIP but the driver's pin and the
 // parking pool), and none of the driver's own.
-func parkable(svc *corev1.Service) bool {
+func Parkable(svc *corev1.Service) bool {
 	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
 		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == "") &&
 		svc.Labels[LabelRole] == "" && len(ForeignPins(svc)) == 0
 }
 
-// parkingWanted says whether a Service should be parked while it has no pin of this driver:
+// ParkingWanted says whether a Service should be parked while it has no pin of this driver:
 // it is parkable and it links to a claim (names one, or has its auto-claim), or auto-claim
 // will serve it with a class of this driver (autoClaimParks).
-func parkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressClass) bool {
-	if !parkable(svc) {
+func ParkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressClass) bool {
+	if !Parkable(svc) {
 		return false
 	}
 	if linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {

@@ -1,0 +1,201 @@
+package plan
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// ProvisionView is what the claim reconciler reads about one claim.
+type ProvisionView struct {
+	// claim is nil when it is gone; claimKey is its "namespace/name" either way.
+	Claim    *ipamv1.IPAddressClaim
+	ClaimKey string
+	Class    *ipamv1.IPAddressClass
+	// have are the families the claim already has an address for.
+	Have map[ipamv1.IPFamily]bool
+	// placeholders are the provisioning placeholders made for this claim key (any uid).
+	Placeholders []*corev1.Service
+	// placeholderExpected: one was created for the family and is not visible yet.
+	PlaceholderExpected map[ipamv1.IPFamily]bool
+	// addresses are the IPAddresses, by name, of the IPs MetalLB gave the placeholders;
+	// holdOf names the hold placeholder such an address has, or is getting from this driver's
+	// own recent relabel ("" when none).
+	Addresses map[string]*ipamv1.IPAddress
+	HoldOf    map[string]string
+	// nextName is the name a new placeholder of the family gets.
+	NextName map[ipamv1.IPFamily]string
+
+	// failedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
+	// up only for those MayNudge).
+	FailedAt map[types.UID]time.Time
+	// metallbPassed is how far MetalLB has got (metallbProgress).
+	MetallbPassed MetallbMark
+
+	Namespace  string
+	Now        time.Time
+	NudgeAfter time.Duration
+}
+
+// ProvisionPlan is what the claim reconciler writes, in this order: retire placeholders the
+// claim no longer needs (a served one whose address exists becomes that address's hold);
+// create missing placeholders; for a placeholder MetalLB served, create the IPAddress and then,
+// in one patch, pin the placeholder and make it the address's hold; nudge the ones MetalLB
+// has not served.
+type ProvisionPlan struct {
+	ToHold  []Handover
+	Delete  []*corev1.Service
+	Create  []*corev1.Service
+	Settle  []settlement
+	Nudge   []*corev1.Service
+	Requeue time.Duration
+}
+
+// handover turns a placeholder into the hold of an address.
+type Handover struct {
+	Svc     *corev1.Service
+	Address string
+	IP      netip.Addr
+}
+
+// settlement is a served placeholder whose IPAddress is to be created.
+type settlement struct {
+	Svc     *corev1.Service
+	Address *ipamv1.IPAddress
+}
+
+// PlanProvision decides the writes that provision a claim's missing families through
+// placeholder Services, and retire the placeholders it no longer needs.
+func PlanProvision(v ProvisionView) ProvisionPlan {
+	var p ProvisionPlan
+	claim := v.Claim
+	needs := needsProvisioning(v)
+	kept := KeptPlaceholders(v)
+	for _, s := range sortedByName(v.Placeholders) {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		if kept[fam] == s {
+			continue
+		}
+		// Not needed (any more): a served placeholder whose address exists becomes its hold
+		// (a crash between creating the address and relabelling); any other goes, returning its
+		// address to the pool.
+		if ip, ok := ServedIP(s, fam); ok {
+			if a := v.Addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
+				switch v.HoldOf[a.Name] {
+				case s.Name:
+					// It is that address's hold already; the cache is behind. Look again soon: if
+					// the relabel never shows (the name was a hold's that is gone since), nothing
+					// else brings this claim key back
+					// (docs/design.md#nothing-waits-on-an-event-alone).
+					p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
+					continue
+				case "":
+					p.ToHold = append(p.ToHold, Handover{Svc: s, Address: a.Name, IP: ip})
+					continue
+				}
+			}
+		}
+		p.Delete = append(p.Delete, s)
+	}
+	if !needs {
+		if claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) {
+			// Waiting for its class (not accepted, being deleted, or not seen yet).
+			p.Requeue = driverkit.Recheck(claim.CreationTimestamp.Time, v.Now, time.Second)
+		}
+		return p
+	}
+	for _, fam := range driverkit.MissingFamilies(claim, v.Have) {
+		s := kept[fam]
+		if s == nil {
+			if v.PlaceholderExpected[fam] {
+				p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
+				continue
+			}
+			p.Create = append(p.Create, ProvisioningService(v.Namespace, v.NextName[fam], claim, fam, ParseClassParams(v.Class).Pool))
+			p.Requeue = driverkit.Sooner(p.Requeue, v.NudgeAfter)
+			continue
+		}
+		ip, ok := ServedIP(s, fam)
+		if !ok {
+			nudge, wait := nudgeDue(s, v.Now, v.NudgeAfter, v.FailedAt[s.UID], v.MetallbPassed)
+			if nudge {
+				p.Nudge = append(p.Nudge, s)
+			}
+			p.Requeue = driverkit.Sooner(p.Requeue, wait)
+			continue
+		}
+		name := ipamv1.AddressName(ip)
+		a := v.Addresses[name]
+		switch {
+		case a == nil:
+			p.Settle = append(p.Settle, settlement{Svc: s, Address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.Class, claim, Finalizer), claim)})
+		case v.HoldOf[name] == s.Name:
+			// Relabelled as the address's hold a moment ago; the cache is behind. Look again soon:
+			// the claim still misses the family (docs/design.md#nothing-waits-on-an-event-alone).
+			p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
+		case driverkit.TeardownMayStart(a):
+			// The IP's address is being torn down: never relabel a placeholder as its hold. The
+			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
+			// still protects is held as before.)
+			p.Delete = append(p.Delete, s)
+		case driverkit.BoundTo(a, claim) || v.HoldOf[name] == "":
+			// Created by an earlier pass (relabel left undone), or another claim's address that
+			// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
+			p.ToHold = append(p.ToHold, Handover{Svc: s, Address: name, IP: ip})
+		default:
+			p.Delete = append(p.Delete, s)
+		}
+	}
+	return p
+}
+
+// needsProvisioning: the claim asks this driver for an address of an accepted class, the one it
+// resolved to.
+func needsProvisioning(v ProvisionView) bool {
+	return v.Claim != nil && driverkit.NeedsProvisioning(v.Claim, Provisioner) && driverkit.ClassProvisions(v.Class, Provisioner) &&
+		v.Class.Name == driverkit.ClaimClass(v.Claim)
+}
+
+// KeptPlaceholders are the placeholders that go on provisioning the claim's missing families:
+// per family, the first by name made for this claim that asks the class's pool (one made for
+// another class, the claim's resolution having changed under it, would settle an address outside
+// the class's pool). Every other placeholder is retired (PlanProvision).
+func KeptPlaceholders(v ProvisionView) map[ipamv1.IPFamily]*corev1.Service {
+	kept := map[ipamv1.IPFamily]*corev1.Service{}
+	if !needsProvisioning(v) {
+		return kept
+	}
+	for _, s := range sortedByName(v.Placeholders) {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		if s.Labels[LabelClaimUID] == string(v.Claim.UID) && !v.Have[fam] &&
+			slices.Contains(v.Claim.Spec.Family.Families(), fam) && kept[fam] == nil &&
+			s.Annotations[metallb.AnnotationAddressPool] == ParseClassParams(v.Class).Pool {
+			kept[fam] = s
+		}
+	}
+	return kept
+}
+
+// ServedIP is the IP of the family MetalLB gave a placeholder.
+func ServedIP(s *corev1.Service, fam ipamv1.IPFamily) (netip.Addr, bool) {
+	for _, ip := range IngressIPs(s) {
+		if fam == "" || ipamv1.FamilyOf(ip) == fam {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func sortedByName(s []*corev1.Service) []*corev1.Service {
+	out := slices.Clone(s)
+	slices.SortFunc(out, func(a, b *corev1.Service) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

@@ -1,0 +1,204 @@
+package plan
+
+import (
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+func stampedClaim(fam ipamv1.IPFamily) *ipamv1.IPAddressClaim {
+	return &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "c", UID: "claim-uid",
+		CreationTimestamp: metav1.NewTime(t0), Annotations: map[string]string{ipamv1.AnnotationProvisioner: Provisioner}},
+		Spec: ipamv1.IPAddressClaimSpec{Family: fam}, Status: ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "k"}}
+}
+
+func acceptedClass() *ipamv1.IPAddressClass {
+	c := testClass("p")
+	c.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	return c
+}
+
+func provisioning(claimUID string, fam ipamv1.IPFamily, ingress ...string) *corev1.Service {
+	s := svc(testDriverNS, ProvisioningName(claimUID, fam, 0), "p-"+claimUID+string(fam), ingress...)
+	s.Labels = map[string]string{LabelRole: RoleProvisioning, LabelClaimUID: claimUID, LabelFamily: string(fam)}
+	s.Annotations[AnnotationClaim] = "t/c"
+	s.Annotations[metallb.AnnotationAddressPool] = "p"
+	return s
+}
+
+func pview(claim *ipamv1.IPAddressClaim, mods ...func(*ProvisionView)) ProvisionView {
+	v := ProvisionView{Claim: claim, ClaimKey: "t/c", Class: acceptedClass(), Have: map[ipamv1.IPFamily]bool{},
+		PlaceholderExpected: map[ipamv1.IPFamily]bool{}, Addresses: map[string]*ipamv1.IPAddress{}, HoldOf: map[string]string{},
+		NextName: map[ipamv1.IPFamily]string{ipamv1.IPv4: ProvisioningName("claim-uid", ipamv1.IPv4, 0),
+			ipamv1.IPv6: ProvisioningName("claim-uid", ipamv1.IPv6, 0)},
+		Namespace: testDriverNS, Now: t0.Add(time.Second), NudgeAfter: 3 * time.Second}
+	for _, m := range mods {
+		m(&v)
+	}
+	return v
+}
+
+func TestPlanProvision(t *testing.T) {
+	const ip = "203.0.113.5"
+	addrName := testAddress(ip).Name
+	for _, tc := range []struct {
+		name  string
+		view  ProvisionView
+		check func(t *testing.T, p ProvisionPlan)
+	}{
+		{"stamped claim: one placeholder per family", pview(stampedClaim(ipamv1.Dual)), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 2 || p.Create[0].Spec.IPFamilies[0] != corev1.IPv4Protocol || p.Create[1].Spec.IPFamilies[0] != corev1.IPv6Protocol ||
+				p.Create[0].Annotations["metallb.io/address-pool"] != "p" || p.Requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 3: a placeholder created and not yet seen is not created again", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.PlaceholderExpected[ipamv1.IPv4] = true
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 0 || p.Requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 3: the family's address exists (seen or confirmed): nothing more", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Have[ipamv1.IPv4] = true
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 0 || len(p.Settle) != 0 || len(p.Delete) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"served placeholder: the address, pre-bound, then the hold", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Settle) != 1 || p.Settle[0].Address.Spec.ClaimRef.UID != "claim-uid" || p.Settle[0].Address.Name != addrName ||
+				p.Settle[0].Address.Finalizers[0] != Finalizer || len(p.Create) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"served placeholder of a Service's auto-claim: the address carries the auto-claim mark", pview(func() *ipamv1.IPAddressClaim {
+			c := stampedClaim(ipamv1.IPv4)
+			c.Annotations[ipamv1.AnnotationAutoClaim] = "true"
+			yes := true
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "svc-uid", Controller: &yes}}
+			return c
+		}(), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Settle) != 1 || p.Settle[0].Address.Annotations[ipamv1.AnnotationAutoClaim] != "true" {
+				t.Fatalf("the auto-claim's address is not marked: %+v", p.Settle)
+			}
+		}},
+		{"refused by MetalLB: nudged after a while, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Now = t0.Add(10 * time.Second)
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 1 || p.Requeue <= 0 || p.Requeue > time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"finding 12: not served yet, not refused: no nudge, re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Now = t0.Add(10 * time.Second)
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 0 || p.Requeue <= 0 || p.Requeue > time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"crash after creating the address: the placeholder becomes its hold", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+			v.Addresses[addrName] = testAddress(ip, Finalizer)
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.ToHold) != 1 || p.ToHold[0].Address != addrName || len(p.Settle) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"another claim's unheld address: handover", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+			a := testAddress(ip, Finalizer)
+			a.Spec.ClaimRef.Name = "other"
+			v.Addresses[addrName] = a
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.ToHold) != 1 || len(p.Settle) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 3: the placeholder just relabelled as the hold, still provisioning in the cache: left alone", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			ph := provisioning("claim-uid", ipamv1.IPv4, ip)
+			v.Placeholders = []*corev1.Service{ph}
+			v.Addresses[addrName] = testAddress(ip, Finalizer)
+			v.HoldOf[addrName] = ph.Name
+			v.Have[ipamv1.IPv4] = true
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.ToHold) != 0 || len(p.Delete) != 0 || len(p.Create) != 0 || len(p.Settle) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 2: an address being deleted never gets a relabelled hold", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+			a := testAddress(ip, Finalizer)
+			now := metav1.NewTime(t0)
+			a.DeletionTimestamp = &now
+			v.Addresses[addrName] = a
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.ToHold) != 0 || len(p.Delete) != 1 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"claim gone: its placeholders go", pview(nil, func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Delete) != 1 || len(p.Create) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"placeholder of an older claim of the same name goes", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("old-uid", ipamv1.IPv4)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Delete) != 1 || len(p.Create) != 1 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 7: a class being deleted provisions nothing, the claim is re-checked", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			now := metav1.NewTime(t0)
+			v.Class.DeletionTimestamp = &now
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 0 || len(p.Delete) != 1 || p.Requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"defect 9: a class not accepted yet: re-checked, not left to an event", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Class.Status.Conditions = nil
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 0 || p.Requeue <= 0 || p.Requeue > time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"bound claim: leftovers retired, nothing created", pview(func() *ipamv1.IPAddressClaim {
+			c := stampedClaim(ipamv1.IPv4)
+			c.Status.Phase = ipamv1.ClaimBound
+			return c
+		}(), func(v *ProvisionView) { v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)} }), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Delete) != 1 || len(p.Create) != 0 || p.Requeue != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"two placeholders for one family: the surplus goes", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			a, b := provisioning("claim-uid", ipamv1.IPv4), provisioning("claim-uid", ipamv1.IPv4)
+			b.Name = ProvisioningName("claim-uid", ipamv1.IPv4, 1)
+			v.Placeholders = []*corev1.Service{b, a}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Delete) != 1 || p.Delete[0].Name != ProvisioningName("claim-uid", ipamv1.IPv4, 1) || len(p.Create) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, PlanProvision(tc.view)) })
+	}
+}
