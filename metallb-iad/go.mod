@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cozystack/reserved-ips/address-controller v0.0.0
+	github.com/google/go-cmp v0.7.0
 	github.com/prometheus/client_golang v1.24.0
 	go.uber.org/zap v1.28.0
 	k8s.io/api v0.37.2
