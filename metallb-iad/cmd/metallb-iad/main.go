@@ -4,7 +4,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"os"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

@@ -4,7 +4,6 @@ package chartmetrics
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

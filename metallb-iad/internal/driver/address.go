@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"slices"
 	"time"
@@ -26,6 +25,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

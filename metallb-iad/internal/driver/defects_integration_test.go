@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -175,8 +175,9 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 		}
 		return got == n, nil
 	})
-	// The claims stay Pending (no core here): give the driver time to do anything more.
-	time.Sleep(2 * time.Second)
+	// The claims stay Pending (no core here): whatever more the driver would do, it has done
+	// once it has handled every Service event so far.
+	settled(t, ns)
 	total, refused := writesSince(t, "provisioning", before)
 	t.Logf("driver writes per provisioned address: %.2f", float64(total)/n)
 	// Placeholder create, address create, pin+relabel, the address's Held status: 4.
@@ -312,15 +313,16 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Several lags later every address still has the hold it was settled with.
-	time.Sleep(5 * time.Second)
+	// Once the driver has handled every Service event (the lagged ones included), every address
+	// still has the hold it was settled with.
+	settled(t, ns)
 	now, err := holds()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for a, h := range now {
 		if h == "" || (first[a] != "" && first[a] != h) {
-			t.Errorf("address %s: hold %q at first, %q five seconds later", a, first[a], h)
+			t.Errorf("address %s: hold %q at first, %q once the driver settled", a, first[a], h)
 		}
 	}
 	total, refused := writesSince(t, "stalehold", before)
@@ -403,8 +405,8 @@ func TestADetachIsMadeOnceWhenTheCacheLagsTheDriversOwnWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHeldByPlaceholder(t, a.Name, ip)
-	// Every event of the detach's writes reaches the cache (several lags), and its pass runs.
-	time.Sleep(5 * time.Second)
+	// Every event of the detach's writes reaches the cache (the lag included), and its pass runs.
+	settled(t, ns)
 	_, refused := writesSince(t, "detach", before)
 	if len(refused) > 0 {
 		t.Errorf("the apiserver refused driver writes: %v", refused)

@@ -6,7 +6,6 @@ package driver
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/manager"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // The driver is four reconcilers, each of the same shape (docs/design.md#decide-then-write): read

@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"slices"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

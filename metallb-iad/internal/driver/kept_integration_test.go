@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // MetalLB's report on a hold names a Service of another namespace that is gone: an intruder an

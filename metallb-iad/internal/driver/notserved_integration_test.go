@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // The chart keeps MetalLB's report of an unfinished hand-over off a tenant Service
@@ -97,7 +97,7 @@ func TestAnAttachedServiceMetalLBDoesNotServeIsReported(t *testing.T) {
 	if err := admin.Patch(ctx, s, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	settledOn(t, s)
 	if n := seriesCount(driverEvents(t, ns, string(s.UID), plan.ReasonNotServed)); n != 1 {
 		t.Errorf("%d NotServed Warnings while it lasted, want 1", n)
 	}

@@ -1,11 +1,12 @@
 package driver
 
 import (
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // metallbProgress is how far MetalLB has got through its work, as far as the driver can tell:

@@ -1,11 +1,12 @@
 package driver
 
 import (
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // The mark moves on only for a placeholder of the driver's namespace that MetalLB serves, to its

@@ -2,12 +2,13 @@ package driver
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // staleSnapshot completes an address view with what it knows of MetalLB's kept allocations:

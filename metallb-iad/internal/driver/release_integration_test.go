@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // A release Service under the name the driver wants for a hold (a release in flight when the

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
 // Issue 13, chaos seed 212695508: while MetalLB's passes kept failing, it wrote a reserved IP

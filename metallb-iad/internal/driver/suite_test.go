@@ -3,12 +3,12 @@ package driver
 import (
 	"context"
 	"fmt"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"io"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,8 +35,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -50,8 +53,10 @@ const (
 
 var (
 	testDriver *Driver
-	admin      client.Client
-	watcher    client.WithWatch
+	// testCache is the driver's cache: settled reads it to know what the driver has seen.
+	testCache cache.Cache
+	admin     client.Client
+	watcher   client.WithWatch
 )
 
 // kubeWatchServices watches every Service of the driver's namespace.
@@ -269,6 +274,7 @@ func run(m *testing.M) int {
 	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery(),
 		NotServedAfter: notServedAfter()}
 	testDriver = d
+	testCache = mgr.GetCache()
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
@@ -295,6 +301,108 @@ func sweepEvery() time.Duration {
 		return d
 	}
 	return time.Second
+}
+
+// driverControllers are the names of the driver's controllers (their work queues' names).
+var driverControllers = []string{"metallb-iad-address", "metallb-iad-claim", "metallb-iad-class", "metallb-iad-service"}
+
+// settled waits until the driver has handled every Service written so far: it writes a
+// sentinel Service (one per test, in the test's namespace ns) and waits for the driver to have
+// handled it (settledOn). A watch delivers a resource's events in order, so every earlier Service
+// event has then reached the driver's cache and its handlers, a lag set by withWatchLagOn
+// included. A test asserts what the driver did not do only after this: a sleep would pass
+// without proving anything when the driver is slow.
+func settled(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: "settled-sentinel"}
+	var s corev1.Service
+	if err := admin.Get(ctx, key, &s); apierrors.IsNotFound(err) {
+		s = corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}}
+		if err := admin.Create(ctx, &s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), &s) })
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		orig := s.DeepCopy()
+		s.Annotations["example.com/settled"] = time.Now().Format(time.RFC3339Nano)
+		if err := admin.Patch(ctx, &s, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settledOn(t, &s)
+}
+
+// settledOn waits until the driver's cache shows obj at its resourceVersion as the apiserver has
+// it now (or a later one), and then until no controller of the driver has work queued or a
+// reconcile running, twice in a row: the reconcile that version brought has run.
+func settledOn(t *testing.T, obj client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(obj)
+	if err := admin.Get(ctx, key, obj); err != nil {
+		t.Fatal(err)
+	}
+	want := obj.GetResourceVersion()
+	seen := obj.DeepCopyObject().(client.Object)
+	eventuallyWithin(t, time.Minute, fmt.Sprintf("the driver's cache to show %s at resourceVersion %s", key, want), func() (bool, error) {
+		if err := testCache.Get(ctx, key, seen); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return driverkit.RVAtLeast(seen.GetResourceVersion(), want), nil
+	})
+	idleTwice := 0
+	eventuallyWithin(t, time.Minute, "the driver's controllers to finish their work", func() (bool, error) {
+		idle, err := driverIdle()
+		if err != nil || !idle {
+			idleTwice = 0
+			return false, err
+		}
+		idleTwice++
+		return idleTwice >= 2, nil
+	})
+}
+
+// driverIdle reports whether no controller of the driver has work queued or a reconcile running
+// (controller-runtime's workqueue_depth and controller_runtime_active_workers).
+func driverIdle() (bool, error) {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return false, err
+	}
+	queues := map[string]bool{}
+	for _, f := range families {
+		var label string
+		switch f.GetName() {
+		case "workqueue_depth":
+			label = "name"
+		case "controller_runtime_active_workers":
+			label = "controller"
+		default:
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != label || !slices.Contains(driverControllers, l.GetValue()) {
+					continue
+				}
+				if f.GetName() == "workqueue_depth" {
+					queues[l.GetValue()] = true
+				}
+				if m.GetGauge().GetValue() != 0 {
+					return false, nil
+				}
+			}
+		}
+	}
+	// Without the queues' gauges the wait would prove nothing: fail instead.
+	if len(queues) != len(driverControllers) {
+		return false, fmt.Errorf("workqueue_depth shows the queues %v, want all of %v", queues, driverControllers)
+	}
+	return true, nil
 }
 
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
@@ -362,7 +470,7 @@ func TestClassAcceptanceFollowsThePool(t *testing.T) {
 	if err := admin.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	settledOn(t, other)
 	if c := acceptance(t, "not-mine"); c != nil {
 		t.Fatalf("the driver judged another driver's class: %+v", c)
 	}
