@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -442,5 +443,150 @@ func TestAutoClaimServesAParkedService(t *testing.T) {
 	consistently(t, "no claim for the Service that names a pool", 2*time.Second, func() (bool, error) {
 		_, err := claimOwner(t, ns, "pooled")
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// An auto-claim's address is deleted when the claim goes, under Retain too, also when the claim
+// vanishes without the core seeing it go (its finalizer removed by hand): the core marks the
+// address while the claim lives.
+func TestAddressOfAVanishedAutoClaimIsDeletedUnderRetain(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newClass(t, "ac-vanish", noDriver)
+	a := newAddress(t, "203.0.113.97", "ac-vanish", nil)
+	claim := newClaim(t, ns, "web", "ac-vanish", ipamv1.IPv4, autoClaimOf("web"))
+	waitClaimPhase(t, ns, "web", ipamv1.ClaimBound)
+	eventually(t, "the address to carry the auto-claim mark", func() (bool, error) {
+		return markedAutoClaim(getAddress(t, a.Name)), nil
+	})
+	stopCore(t)
+	c := getClaim(t, ns, "web")
+	patch := client.MergeFrom(c.DeepCopy())
+	controllerutil.RemoveFinalizer(c, ipamv1.FinalizerClaim)
+	if err := admin.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	del(t, claim)
+	waitGone(t, claim)
+	restartCore(t)
+	waitGone(t, a)
+}
+
+// An address a driver pre-binds to an auto-claim after the claim is gone (the driver copies
+// the claim's mark, driverkit.MarkAutoClaim) is deleted, not Released, under Retain.
+func TestLatePreBoundAddressOfAGoneAutoClaimIsDeleted(t *testing.T) {
+	ns := newNamespace(t)
+	newClass(t, "ac-late", noDriver)
+	claim := newClaim(t, ns, "web", "ac-late", ipamv1.IPv4, autoClaimOf("web"))
+	waitClaimReason(t, ns, "web", ipamv1.ReasonWaitingForAddress)
+	del(t, claim)
+	waitGone(t, claim)
+	a := &ipamv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: "ip-203-0-113-98", Annotations: map[string]string{ipamv1.AnnotationAutoClaim: "true"}},
+		Spec: ipamv1.IPAddressSpec{Address: "203.0.113.98", ClassName: "ac-late", ReclaimPolicy: ipamv1.ReclaimRetain,
+			ClaimRef: &ipamv1.ClaimReference{Namespace: ns, Name: "web", UID: claim.UID}},
+	}
+	create(t, a)
+	waitGone(t, a)
+}
+
+// Auto-claim creates a Service's claim once, also when a second pass runs before its cache
+// shows the claim the first pass created.
+func TestAutoClaimCreatesTheClaimOnce(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "ac-once", noDriver)
+	svc := lbService(ns, "web", map[string]string{ipamv1.AnnotationServiceClass: "ac-once"})
+	create(t, svc)
+	stale := frozenClient(t) // shows the Service, and no claim
+	r := &AutoClaimReconciler{Client: stale, Reader: liveClient(t), Recorder: events.NewFakeRecorder(100)}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	since := time.Now()
+	for range 2 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var creates []string
+	for _, w := range auditedRecords(t, coreUser, since) {
+		if w.Verb == "create" && w.Resource == "ipaddressclaims" && w.Namespace == ns {
+			creates = append(creates, w.URI)
+		}
+	}
+	if len(creates) != 1 {
+		t.Fatalf("%d creates of the Service's claim, want 1:\n%s", len(creates), strings.Join(creates, "\n"))
+	}
+	if uid, err := claimOwner(t, ns, "web"); err != nil || uid != svc.UID {
+		t.Fatalf("the claim's owner is %q (%v), want the Service %q", uid, err, svc.UID)
+	}
+}
+
+// A new Service of the name of an old Service's auto-claim looks again on a schedule until the
+// old claim goes: it does not take the old claim for its own (owner uids differ).
+func TestAutoClaimOfAnOlderServiceIsWaitedOut(t *testing.T) {
+	ctx := context.Background()
+	stopCore(t)
+	ns := newNamespace(t)
+	newClass(t, "ac-older", noDriver)
+	svc := lbService(ns, "web", map[string]string{ipamv1.AnnotationServiceClass: "ac-older"})
+	create(t, svc)
+	yes := true
+	newClaim(t, ns, "web", "ac-older", ipamv1.IPv4, func(c *ipamv1.IPAddressClaim) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaim: "true"}
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web",
+			UID: "00000000-0000-0000-0000-0000000000bb", Controller: &yes}}
+	})
+	r := &AutoClaimReconciler{Client: frozenClient(t), Reader: liveClient(t), Recorder: events.NewFakeRecorder(100)}
+	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Fatalf("a Service waiting for an older Service's claim to go looks again after %s, want within a minute", res.RequeueAfter)
+	}
+	// Its own claim: nothing to wait for.
+	c := getClaim(t, ns, "web")
+	patch := client.MergeFrom(c.DeepCopy())
+	c.OwnerReferences[0].UID = svc.UID
+	if err := admin.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	r.Client = frozenClient(t)
+	if res, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}); err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("a Service with its own claim: %+v, %v", res, err)
+	}
+}
+
+// When auto-claim was enabled is stored, not remembered: a Service created while the core was
+// down, after the class was marked, that shows an address (won from an auto-assigning pool in
+// the race before its claim) still gets a claim after the core restarts.
+func TestAutoClaimEnabledAtSurvivesARestart(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cls := newClass(t, "ac-restart", noDriver, func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	})
+	t.Cleanup(func() { del(t, cls) })
+	eventually(t, "the core to see the class", func() (bool, error) {
+		c := &ipamv1.IPAddressClass{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(cls), c); err != nil {
+			return false, err
+		}
+		return controllerutil.ContainsFinalizer(c, ipamv1.FinalizerClass), nil
+	})
+	stopCore(t)
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second precision: a later second
+	svc := lbService(ns, "raced", nil)
+	create(t, svc)
+	t.Cleanup(func() { del(t, svc) })
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.249"}}
+	if err := admin.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	restartCore(t)
+	eventually(t, "a claim for the Service created after auto-claim was enabled", func() (bool, error) {
+		uid, err := claimOwner(t, ns, "raced")
+		return uid == svc.UID, client.IgnoreNotFound(err)
 	})
 }

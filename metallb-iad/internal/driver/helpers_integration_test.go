@@ -344,3 +344,55 @@ func fakeMetalLBClass(t *testing.T, name, prefix string) (ns string) {
 	startFakeMetalLB(t, name, netip.MustParsePrefix(prefix))
 	return newNamespace(t, name)
 }
+
+func newNamespace(t *testing.T, name string) string {
+	t.Helper()
+	if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// attachedService creates a tenant Service naming the claim and waits until it serves ip.
+func attachedService(t *testing.T, ns, name, claim, ip string) *corev1.Service {
+	t.Helper()
+	s := tenantService(ns, name, map[string]string{ipamv1.AnnotationServiceClaim: claim})
+	if err := admin.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceIngress(t, ns, name, ip)
+	eventually(t, "the address to be attached to "+name, func() (bool, error) {
+		a := getAddress(t, ipamv1.AddressName(netip.MustParseAddr(ip)))
+		return a.Status.AttachedTo != nil && a.Status.AttachedTo.Name == name, nil
+	})
+	return s
+}
+
+// quiet waits until the driver has made no write for d (its passes settled).
+func quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	last, since := writesSnapshot(), time.Now()
+	eventually(t, "the driver to settle", func() (bool, error) {
+		now := writesSnapshot()
+		for k, v := range now {
+			if last[k] != v {
+				last, since = now, time.Now()
+				return false, nil
+			}
+		}
+		return time.Since(since) >= d, nil
+	})
+}
+
+// seriesCount is how many times an event was said: once, or its series' count.
+func seriesCount(evs []eventsv1.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -23,79 +22,9 @@ import (
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
-// Each test here reproduces a defect of issue 10 (or 16) on a real apiserver; each failed on the
-// driver before its rebuild.
-
-func newNamespace(t *testing.T, name string) string {
-	t.Helper()
-	if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-	return name
-}
-
-// attachedService creates a tenant Service naming the claim and waits until it serves ip.
-func attachedService(t *testing.T, ns, name, claim, ip string) *corev1.Service {
-	t.Helper()
-	s := tenantService(ns, name, map[string]string{ipamv1.AnnotationServiceClaim: claim})
-	if err := admin.Create(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
-	waitServiceIngress(t, ns, name, ip)
-	eventually(t, "the address to be attached to "+name, func() (bool, error) {
-		a := getAddress(t, ipamv1.AddressName(netip.MustParseAddr(ip)))
-		return a.Status.AttachedTo != nil && a.Status.AttachedTo.Name == name, nil
-	})
-	return s
-}
-
-// Defect 1: deleting a Bound address while the core protects it changes nothing for the IP;
-// teardown starts once the core lets go.
-func TestDeletingAProtectedAddressKeepsItsIP(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "d1", "203.0.113.16/28")
-	startFakeMetalLB(t, "d1", netip.MustParsePrefix("203.0.113.16/28"))
-	ns := newNamespace(t, "d1")
-	const ip = "203.0.113.20"
-	_, addr := boundClaimWithAddress(t, ns, "c", "d1", ip)
-	waitHeldByPlaceholder(t, addr.Name, ip)
-
-	if err := admin.Delete(ctx, addr); err != nil {
-		t.Fatal(err)
-	}
-	consistently(t, 3*time.Second, "the hold to keep the IP while the core protects the address", func() (bool, error) {
-		var s corev1.Service
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &s); err != nil {
-			return false, err
-		}
-		a := getAddress(t, addr.Name)
-		return s.DeletionTimestamp == nil && s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && len(a.Finalizers) == 2, nil
-	})
-	releaseByCore(t, addr.Name)
-	eventually(t, "teardown: the hold and the address gone", func() (bool, error) {
-		var s corev1.Service
-		errS := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &s)
-		var a ipamv1.IPAddress
-		errA := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &a)
-		return client.IgnoreNotFound(errS) == nil && errS != nil && client.IgnoreNotFound(errA) == nil && errA != nil, nil
-	})
-}
-
-// Defect 2: a hold whose address does not exist is swept.
-func TestOrphanedHoldIsSwept(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	name := ipamv1.AddressName(netip.MustParseAddr("203.0.113.250"))
-	orphan := plan.HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere")
-	if err := admin.Create(ctx, orphan); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the orphaned hold to be deleted", func() (bool, error) {
-		err := admin.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Service{})
-		return err != nil && client.IgnoreNotFound(err) == nil, nil
-	})
-}
+// Decisions on a view that includes the driver's own writes
+// (docs/design.md#a-view-that-includes-your-own-writes): with the driver's cache lagging behind
+// the apiserver, nothing is created twice, deleted wrongly or written on a stale copy.
 
 // Defect 3: one placeholder per claim family, however the cache lags: many claims provisioned
 // at once through a MetalLB stand-in create exactly one placeholder each.
@@ -416,281 +345,6 @@ func TestADetachIsMadeOnceWhenTheCacheLagsTheDriversOwnWrites(t *testing.T) {
 	}
 }
 
-// Defects 4 and 5: re-linking a Service from claim A to claim B ends with B's address on the
-// Service and A's held again, with no Conflict and no driver Warning on the way; detaching leaves
-// no false Conflict either.
-func TestRelinkAndDetachWithoutConflict(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "relink", "203.0.113.32/28")
-	// MetalLB moves a Service to its new pin only after a while, as the real one does under load.
-	startSlowFakeMetalLB(t, "relink", netip.MustParsePrefix("203.0.113.32/28"), 700*time.Millisecond)
-	ns := newNamespace(t, "relink")
-	const ipA, ipB = "203.0.113.33", "203.0.113.34"
-	_, a := boundClaimWithAddress(t, ns, "a", "relink", ipA)
-	_, b := boundClaimWithAddress(t, ns, "b", "relink", ipB)
-	waitHeldByPlaceholder(t, a.Name, ipA)
-	waitHeldByPlaceholder(t, b.Name, ipB)
-	svc := attachedService(t, ns, "web", "a", ipA)
-
-	noConflict := func() (bool, error) {
-		for _, n := range []string{a.Name, b.Name} {
-			c, err := addressCondition(n, ipamv1.ConditionConflict)
-			if err != nil || (c != nil && c.Status == metav1.ConditionTrue) {
-				return false, fmt.Errorf("%s: Conflict %+v (%v)", n, c, err)
-			}
-		}
-		return true, nil
-	}
-	// From here the driver's cache of Services lags its own writes and the addresses' (the
-	// skew of two informers on a loaded apiserver): decisions must rest on a view that
-	// includes them.
-	withWatchLagOn(t, "services", 150*time.Millisecond)
-	var s corev1.Service
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
-		t.Fatal(err)
-	}
-	s.Annotations[ipamv1.AnnotationServiceClaim] = "b"
-	if err := admin.Update(ctx, &s); err != nil {
-		t.Fatal(err)
-	}
-	consistently(t, 3*time.Second, "no Conflict during the re-link", noConflict)
-	waitServiceIngress(t, ns, "web", ipB)
-	waitHeldByPlaceholder(t, a.Name, ipA)
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Annotations[metallb.AnnotationLoadBalancerIPs] != ipB || getAddress(t, b.Name).Status.AttachedTo == nil {
-		t.Fatalf("not attached to B: %v / %+v", s.Annotations, getAddress(t, b.Name).Status.AttachedTo)
-	}
-	for _, e := range driverEvents(t, ns, string(s.UID), "") {
-		if e.Type == corev1.EventTypeWarning {
-			t.Fatalf("a driver Warning during the re-link: %s %s", e.Reason, e.Note)
-		}
-	}
-
-	// Detach: the Service lets go of B; B is held again, never in Conflict.
-	delete(s.Annotations, ipamv1.AnnotationServiceClaim)
-	if err := admin.Update(ctx, &s); err != nil {
-		t.Fatal(err)
-	}
-	consistently(t, 3*time.Second, "no Conflict after the detach", noConflict)
-	waitHeldByPlaceholder(t, b.Name, ipB)
-	for _, e := range driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict) {
-		t.Fatalf("a false conflict was reported on the detached Service: %s", e.Note)
-	}
-}
-
-// Defect 6: a pool deleted or shrunk past a reserved IP makes the address Lost; Lost clears
-// when the pool serves it again.
-func TestLostWhenThePoolNoLongerServesTheIP(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "lost", "203.0.113.64/28")
-	startFakeMetalLB(t, "lost", netip.MustParsePrefix("203.0.113.64/28"))
-	ns := newNamespace(t, "lost")
-	const ip = "203.0.113.70"
-	_, addr := boundClaimWithAddress(t, ns, "c", "lost", ip)
-	waitHeldByPlaceholder(t, addr.Name, ip)
-	lost := func(reason string) func() (bool, error) {
-		return func() (bool, error) {
-			c, err := addressCondition(addr.Name, ipamv1.ConditionLost)
-			if reason == "" {
-				return c != nil && c.Status == metav1.ConditionFalse, err
-			}
-			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason && strings.Contains(c.Message, ip), err
-		}
-	}
-	var pool metallb.IPAddressPool
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testMetalLBNS, Name: "lost"}, &pool); err != nil {
-		t.Fatal(err)
-	}
-	pool.Spec.Addresses = []string{"203.0.113.72/29"} // shrunk past .70
-	if err := admin.Update(ctx, &pool); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Lost=True OutsidePool", lost(plan.ReasonOutsidePool))
-	pool.Spec.Addresses = []string{"203.0.113.64/28"}
-	if err := admin.Update(ctx, &pool); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Lost=False once the pool includes the IP again", lost(""))
-	if err := admin.Delete(ctx, &pool); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Lost=True PoolNotFound", lost(plan.ReasonPoolNotFound))
-	if len(driverEvents(t, "default", string(addr.UID), plan.ReasonLost)) == 0 {
-		t.Fatal("no Lost warning on the address")
-	}
-}
-
-// Defect 7: a class being deleted provisions nothing and says so through Accepted.
-func TestDeletingClassProvisionsNothing(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "going", "203.0.113.144/28")
-	ns := newNamespace(t, "going")
-	var class ipamv1.IPAddressClass
-	if err := admin.Get(ctx, client.ObjectKey{Name: "going"}, &class); err != nil {
-		t.Fatal(err)
-	}
-	class.Finalizers = []string{ipamv1.FinalizerClass} // the core's, holding the class
-	if err := admin.Update(ctx, &class); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Delete(ctx, &class); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Accepted=False ClassDeleting", func() (bool, error) {
-		c := acceptance(t, "going")
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == plan.ReasonClassDeleting, nil
-	})
-	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late",
-		Annotations: map[string]string{ipamv1.AnnotationProvisioner: plan.Provisioner}},
-		Spec: ipamv1.IPAddressClaimSpec{ClassName: "going", Family: ipamv1.IPv4}}
-	if err := admin.Create(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	claim.Status = ipamv1.IPAddressClaimStatus{Phase: ipamv1.ClaimPending, ClassName: "going"}
-	if err := admin.Status().Update(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	consistently(t, 2*time.Second, "no placeholder for a claim of a class being deleted", func() (bool, error) {
-		err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.ProvisioningName(string(claim.UID), ipamv1.IPv4, 0)}, &corev1.Service{})
-		return client.IgnoreNotFound(err) == nil && err != nil, nil
-	})
-	class.Finalizers = nil
-	if err := admin.Get(ctx, client.ObjectKey{Name: "going"}, &class); err == nil {
-		class.Finalizers = nil
-		_ = admin.Update(ctx, &class)
-	}
-}
-
-// Defect 8: an attached Service keeps its pin while its claim is Lost.
-func TestLostClaimKeepsItsService(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "keep", "203.0.113.80/28")
-	startFakeMetalLB(t, "keep", netip.MustParsePrefix("203.0.113.80/28"))
-	ns := newNamespace(t, "keep")
-	const ip = "203.0.113.81"
-	claim, addr := boundClaimWithAddress(t, ns, "c", "keep", ip)
-	waitHeldByPlaceholder(t, addr.Name, ip)
-	svc := attachedService(t, ns, "web", "c", ip)
-	claim.Status.Phase = ipamv1.ClaimLost
-	if err := admin.Status().Update(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	consistently(t, 3*time.Second, "the Service to keep its pin while the claim is Lost", func() (bool, error) {
-		var s corev1.Service
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
-			return false, err
-		}
-		a := getAddress(t, addr.Name)
-		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && a.Status.AttachedTo != nil, nil
-	})
-}
-
-// Defect 11: a re-created Service of the same name takes the claim over without a ClaimInUse
-// warning.
-func TestRecreatedServiceTakesOver(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "again", "203.0.113.96/28")
-	startFakeMetalLB(t, "again", netip.MustParsePrefix("203.0.113.96/28"))
-	ns := newNamespace(t, "again")
-	const ip = "203.0.113.97"
-	_, addr := boundClaimWithAddress(t, ns, "c", "again", ip)
-	waitHeldByPlaceholder(t, addr.Name, ip)
-	old := attachedService(t, ns, "web", "c", ip)
-	if err := admin.Delete(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	fresh := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
-	eventually(t, "the new Service to be created", func() (bool, error) { return admin.Create(ctx, fresh) == nil, nil })
-	waitServiceIngress(t, ns, "web", ip)
-	eventually(t, "the address attached to the new Service", func() (bool, error) {
-		at := getAddress(t, addr.Name).Status.AttachedTo
-		return at != nil && at.UID == fresh.UID, nil
-	})
-	if evs := driverEvents(t, ns, string(fresh.UID), plan.ReasonClaimInUse); len(evs) > 0 {
-		t.Fatalf("a spurious ClaimInUse on the re-created Service: %s", evs[0].Note)
-	}
-}
-
-// Defect 11 (warnOnce) and issue 16: every new wrongful holder is announced, an external IP is a
-// Conflict too, and the Conflict clears when they let go.
-func TestConflictsAnnouncedAndCleared(t *testing.T) {
-	needAPIServer(t)
-	ctx := context.Background()
-	newPoolClass(t, "clash", "203.0.113.112/28")
-	startFakeMetalLB(t, "clash", netip.MustParsePrefix("203.0.113.112/28"))
-	ns := newNamespace(t, "clash")
-	const ip = "203.0.113.113"
-	_, addr := boundClaimWithAddress(t, ns, "c", "clash", ip)
-	waitHeldByPlaceholder(t, addr.Name, ip)
-	conflict := func(want ...string) func() (bool, error) {
-		return func() (bool, error) {
-			c, err := addressCondition(addr.Name, ipamv1.ConditionConflict)
-			if len(want) == 0 {
-				return c == nil || c.Status == metav1.ConditionFalse, err
-			}
-			if c == nil || c.Status != metav1.ConditionTrue {
-				return false, err
-			}
-			for _, w := range want {
-				if !strings.Contains(c.Message, w) {
-					return false, err
-				}
-			}
-			return true, err
-		}
-	}
-	// An admin Service that lists the reserved IP in spec.externalIPs.
-	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
-		Spec: corev1.ServiceSpec{ExternalIPs: []string{ip}, Ports: []corev1.ServicePort{{Port: 80}}}}
-	if err := admin.Create(ctx, ext); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Conflict naming the external-IP Service", conflict(ns+"/ext"))
-	// A second wrongful Service (its status written as MetalLB would for a shared IP).
-	// An admin's pin of the reserved IP: a Service that requests it (one that requests
-	// nothing is cleared instead, TestStaleIngressOfAServiceThatRequestsNothingIsCleared).
-	thief := tenantService(ns, "thief", map[string]string{metallb.AnnotationLoadBalancerIPs: ip})
-	if err := admin.Create(ctx, thief); err != nil {
-		t.Fatal(err)
-	}
-	thief.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
-	if err := admin.Status().Update(ctx, thief); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "Conflict naming both", conflict(ns+"/ext", ns+"/thief"))
-	eventually(t, "a Conflict warning naming the second Service", func() (bool, error) {
-		for _, e := range driverEvents(t, "default", string(addr.UID), ipamv1.ConditionConflict) {
-			if strings.Contains(e.Note, ns+"/thief") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	for _, s := range []*corev1.Service{ext, thief} {
-		if len(driverEvents(t, ns, string(s.UID), plan.ReasonServiceConflict)) == 0 {
-			t.Fatalf("no warning on %s", s.Name)
-		}
-	}
-	ext.Spec.ExternalIPs = nil
-	if err := admin.Update(ctx, ext); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Delete(ctx, thief); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the Conflict to clear", conflict())
-	if !meta.IsStatusConditionTrue(getAddress(t, addr.Name).Status.Conditions, ipamv1.ConditionHeld) {
-		t.Fatal("not held after the conflict cleared")
-	}
-}
-
 // A claim pass decides from its cache alone that the IP MetalLB just served has no IPAddress,
 // and its create is the lock on the IP. When the cache has not shown an address that exists (an
 // admin's, made a moment before), the create is refused once; the next pass asks the apiserver
@@ -798,82 +452,87 @@ func availableAddress(t *testing.T, ip, class string) *ipamv1.IPAddress {
 	return a
 }
 
-// A hold made by a version of the driver before the driver label (so still in the core's cache)
-// gets the label with the next patch the driver makes to it anyway, here the pin of a hold that
-// names another IP: an upgrade costs no write of its own, and the label does come.
-func TestAnOlderVersionsHoldGetsTheDriverLabelWithItsNextPatch(t *testing.T) {
+// Finding 3: the unpin's ingress-clearing status patch is made against the Service as it was
+// read: an ingress MetalLB wrote since (here a new IP) is never cleared blindly.
+func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	ns := fakeMetalLBClass(t, "oldhold", "198.18.11.0/28")
-	const ip = "198.18.11.1"
-	name := ipamv1.AddressName(netip.MustParseAddr(ip))
-	boundClaimWithAddress(t, ns, "c", "oldhold", ip)
-	waitHeldByPlaceholder(t, name, ip)
-	// The hold as an older version left it: no driver label. And a pin that is not the
-	// address's IP, so that the driver has a patch to make.
-	var old corev1.Service
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &old); err != nil {
+	ns := newNamespace(t, "unpinlock")
+	const old, fresh = "198.51.100.193", "198.51.100.194"
+	svc := tenantService(ns, "web", nil)
+	if err := admin.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	delete(old.Labels, ipamv1.LabelDriverService)
-	old.Annotations[metallb.AnnotationLoadBalancerIPs] = "198.18.11.2"
-	if err := admin.Update(ctx, &old); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the driver to pin the old hold again, with its label", func() (bool, error) {
+	setIngress := func(ip string) *corev1.Service {
+		t.Helper()
 		var s corev1.Service
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(&old), &s); err != nil {
-			return false, err
-		}
-		if s.UID != old.UID {
-			return false, fmt.Errorf("the old hold was replaced (uid %s, was %s): want it kept and patched", s.UID, old.UID)
-		}
-		return s.Annotations[metallb.AnnotationLoadBalancerIPs] == ip && s.Labels[ipamv1.LabelDriverService] == plan.Provisioner, nil
-	})
+		eventually(t, "the Service's status to be written", func() (bool, error) {
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+				return false, err
+			}
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+			return admin.Status().Update(ctx, &s) == nil, nil
+		})
+		return &s
+	}
+	// The driver's view: the Service it unpinned a moment ago, still showing the old IP and its
+	// record of releasing it.
+	stale := setIngress(old).DeepCopy()
+	stale.Annotations = map[string]string{plan.AnnotationReleasing: old}
+	// MetalLB assigns a new IP meanwhile.
+	setIngress(fresh)
+	err := testDriver.unpin(ctx, stale, false)
+	t.Logf("unpin on the stale view: %v", err)
+	var s corev1.Service
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := ingress(&s); len(got) != 1 || got[0] != fresh {
+		t.Fatalf("the unpin cleared an ingress MetalLB wrote after the driver's read: %v", got)
+	}
 }
 
-// The placeholder indexes are cluster-wide (index.ClusterWide), listed without a namespace: a
-// tenant's Service that copies a hold's, a release's or a provisioning placeholder's labels is
-// never found by them (the index functions keep to the driver's namespace, as the namespaced
-// lists did before), and the claim-link index finds a Service by its namespace and claim only.
-func TestPlaceholderLookupsKeepToTheDriversNamespace(t *testing.T) {
+// Finding 1: attaching while the driver's cache of addresses lags its Services (the address's
+// pass sees the hold deleted before it sees AttachedTo): no hold is made again for the attached
+// address, and no Conflict is raised against the Service that now serves it.
+func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	const addr, claimKey = "ip-203-0-113-250", "tenant/lookalike"
-	mk := func(name string, labels, annotations map[string]string) *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, Labels: labels, Annotations: annotations},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
-		if err := admin.Create(ctx, s); err != nil {
-			t.Fatal(err)
+	newPoolClass(t, "alag", "198.51.100.176/28")
+	startFakeMetalLB(t, "alag", netip.MustParsePrefix("198.51.100.176/28"))
+	ns := newNamespace(t, "alag")
+	const ip = "198.51.100.177"
+	_, addr := boundClaimWithAddress(t, ns, "c", "alag", ip)
+	waitHeldByPlaceholder(t, addr.Name, ip)
+	var first corev1.Service
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr.Name)}, &first); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := kubeWatchServices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var remade atomic.Int32
+	go func() {
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*corev1.Service); ok && ev.Type == watch.Added && s.Name == plan.HoldName(addr.Name) && s.UID != first.UID {
+				remade.Add(1)
+			}
 		}
-		t.Cleanup(func() { _ = admin.Delete(context.Background(), s) })
-		return s
+	}()
+	withWatchLagOn(t, "ipaddresses", 300*time.Millisecond)
+	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	if err := admin.Create(ctx, svc); err != nil {
+		t.Fatal(err)
 	}
-	svcs := []*corev1.Service{
-		mk("fake-hold", map[string]string{plan.LabelRole: plan.RoleHold, plan.LabelAddress: addr}, nil),
-		mk("fake-release", map[string]string{plan.LabelRole: plan.RoleRelease, plan.LabelAddress: addr}, nil),
-		mk("fake-provisioning", map[string]string{plan.LabelRole: plan.RoleProvisioning}, map[string]string{plan.AnnotationClaim: claimKey}),
-		mk("linked", nil, map[string]string{ipamv1.AnnotationServiceClaim: "lookalike"}),
-	}
-	// The driver's cache has them all.
-	for _, s := range svcs {
-		eventually(t, "the driver's cache to show "+s.Name, func() (bool, error) {
-			return testDriver.client.Get(ctx, client.ObjectKeyFromObject(s), &corev1.Service{}) == nil, nil
-		})
-	}
-	for field, value := range map[string]string{indexHoldOf: addr, indexReleaseOf: addr, indexProvisioningForKey: claimKey} {
-		var l corev1.ServiceList
-		if err := testDriver.client.List(ctx, &l, client.MatchingFields{field: value}); err != nil {
-			t.Fatal(err)
+	waitServiceIngress(t, ns, "web", ip)
+	consistently(t, 3*time.Second, "no new hold and no Conflict while attached", func() (bool, error) {
+		if remade.Load() > 0 {
+			return false, nil // a hold made again for an attached address
 		}
-		if len(l.Items) != 0 {
-			t.Errorf("%s=%s found a tenant's Service: %s/%s", field, value, l.Items[0].Namespace, l.Items[0].Name)
-		}
-	}
-	if got := testDriver.servicesLinkedTo(ctx, "tenant", "lookalike"); len(got) != 1 || got[0].Name != "linked" {
-		t.Errorf("Services linked to tenant/lookalike: %v, want tenant/linked", got)
-	}
-	if got := testDriver.servicesLinkedTo(ctx, testDriverNS, "lookalike"); len(got) != 0 {
-		t.Errorf("Services linked to %s/lookalike: %v, want none", testDriverNS, got)
-	}
+		c, err := addressCondition(addr.Name, ipamv1.ConditionConflict)
+		return c == nil || c.Status != metav1.ConditionTrue, err
+	})
 }
