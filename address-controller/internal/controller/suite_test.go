@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
 )
@@ -385,32 +385,13 @@ const suiteQuietWait = 8 * time.Second
 
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) {
-			ok, err := cond()
-			if err != nil {
-				last = err
-				return false, nil
-			}
-			return ok, nil
-		})
-	if err != nil {
-		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
-	}
+	envtestutil.Eventually(t, 30*time.Second, 50*time.Millisecond, what, cond)
 }
 
 // consistently fails if cond turns false within d.
 func consistently(t *testing.T, what string, d time.Duration, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if err != nil || !ok {
-			t.Fatalf("expected %s to hold for %s (err: %v)", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	envtestutil.Consistently(t, d, 100*time.Millisecond, what, cond)
 }
 
 func getClaim(t *testing.T, ns, name string) *ipamv1.IPAddressClaim {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -166,14 +167,7 @@ func driverEvents(t *testing.T, ns string, uid string, reason string) []eventsv1
 // consistently checks cond every 20ms for d; it fails the test at the first false.
 func consistently(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if err != nil || !ok {
-			t.Fatalf("%s did not hold (err: %v)", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	envtestutil.Consistently(t, d, 20*time.Millisecond, what, cond)
 }
 
 // fakeMetalLB plays MetalLB's controller for the Services that name one pool (address-pool

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -36,6 +35,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -414,15 +414,7 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 // machine, as under make test, they take a few times as long as alone).
 func eventuallyWithin(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, limit, true,
-		func(context.Context) (bool, error) {
-			ok, err := cond()
-			last = err
-			return ok && err == nil, nil
-		}); err != nil {
-		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
-	}
+	envtestutil.Eventually(t, limit, 50*time.Millisecond, what, cond)
 }
 
 func acceptance(t *testing.T, class string) *metav1.Condition {
