@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"go/scanner"
 	"go/token"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,7 +20,7 @@ import (
 // #fragment names. The design's rules are cited as docs/design.md#<heading>.
 func TestGoCommentsCiteOnlyThisRepository(t *testing.T) {
 	root := filepath.Join("..", "..")
-	files, err := goFiles(root)
+	files, err := projectFiles(root, ".go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,28 +148,4 @@ func resolvePage(root, file, page string) (string, bool) {
 			return "", false
 		}
 	}
-}
-
-// goFiles lists the repository's Go files (slash paths relative to root), leaving out vendored
-// code and test data.
-func goFiles(root string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "vendor" || d.Name() == "testdata" || d.Name() == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if strings.HasSuffix(rel, ".go") {
-			out = append(out, rel)
-		}
-		return nil
-	})
-	return out, err
 }

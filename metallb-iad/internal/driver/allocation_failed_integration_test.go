@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
 // MetalLB's AllocationFailed reports: the driver sees them on its placeholders and reads them
@@ -127,8 +129,10 @@ func TestAllocationFailedIsReadFromTheCache(t *testing.T) {
 	// keptCheckAfter (the path that listed Events 20,582 times) reads it from the cache too.
 	const ip = "198.51.100.250"
 	attached := web.DeepCopy()
-	attached.Annotations = map[string]string{}
-	v := &plan.AddressView{Addr: testAddress(ip, plan.Finalizer), IP: netip.MustParseAddr(ip), Attached: pinned(attached, ip),
+	attached.Annotations = map[string]string{metallb.AnnotationLoadBalancerIPs: ip, plan.AnnotationPinned: "true"}
+	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(netip.MustParseAddr(ip)), Finalizers: []string{plan.Finalizer}},
+		Spec: ipamv1.IPAddressSpec{Address: ip, ClassName: "k"}}
+	v := &plan.AddressView{Addr: addr, IP: netip.MustParseAddr(ip), Attached: attached,
 		Now: time.Now(), Unserved: plan.UnservedWait{Since: time.Now().Add(-2 * keptCheckAfter), UID: web.UID}}
 	before = eventReads.Load()
 	if err := testDriver.keptBy(ctx, v); err != nil {

@@ -15,7 +15,7 @@ func TestMetalLBProgress(t *testing.T) {
 	clock := unitT0.Add(time.Hour)
 	m := &metallbProgress{namespace: testDriverNS, now: func() time.Time { return clock }}
 	placeholder := func(role string, created time.Time, served bool) *corev1.Service {
-		s := svc(testDriverNS, "p", "p")
+		s := service(testDriverNS, "p")
 		s.CreationTimestamp.Time = created
 		s.Labels[plan.LabelRole] = role
 		if served {
@@ -23,7 +23,8 @@ func TestMetalLBProgress(t *testing.T) {
 		}
 		return s
 	}
-	tenant := svc("t", "web", "web", "203.0.113.6")
+	tenant := service("t", "web")
+	tenant.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.6"}}
 	tenant.CreationTimestamp.Time = unitT0.Add(time.Hour)
 	release := placeholder(plan.RoleRelease, unitT0.Add(time.Hour), true)
 	elsewhere := placeholder(plan.RoleHold, unitT0.Add(time.Hour), true)
