@@ -28,6 +28,9 @@ import (
 
 const autoClaimOff = "local.sdn.cozystack.io/auto-claim"
 
+// metallbComponent is the source of MetalLB's controller's events (its process name).
+const metallbComponent = "metallb-controller"
+
 // plainNamespace creates a namespace that is not a tenant's (no admission policy of the
 // project applies there), deleted at the end.
 func plainNamespace(ctx context.Context, t *testing.T, c client.Client, name string) string {
@@ -80,6 +83,10 @@ func metallbEventWithin(ctx context.Context, t *testing.T, c client.Client, time
 		}
 		return false, nil
 	})
+	// The filter of TestMetalLBIgnoresAnotherLoadBalancerClass counts on this source.
+	if found.Source.Component != metallbComponent {
+		t.Errorf("MetalLB's %s event comes from %q, not %q", reason, found.Source.Component, metallbComponent)
+	}
 	return found
 }
 
@@ -387,8 +394,10 @@ func TestMetalLBIgnoresAnotherLoadBalancerClass(t *testing.T) {
 			if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 				t.Fatal(err)
 			}
+			// Only MetalLB's own reports count: kube-apiserver's ClusterIP repair may write one
+			// on any new Service.
 			for _, e := range evs.Items {
-				if e.InvolvedObject.Name == foreign.Name {
+				if e.InvolvedObject.Name == foreign.Name && e.Source.Component == metallbComponent {
 					t.Errorf("MetalLB reported the foreign Service: %s %s", e.Reason, e.Message)
 				}
 			}
