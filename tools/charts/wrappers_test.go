@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/chartdocs"
+	"github.com/cozystack/reserved-ips/tools/images"
 )
 
 // copyTree copies the directory src to dst (which must not exist).
@@ -66,7 +67,7 @@ func TestWrappersRenderFromPackagesAlone(t *testing.T) {
 			if err := yaml.Unmarshal(data, &wrapperValues); err != nil {
 				t.Fatal(err)
 			}
-			image, _ := wrapperValues[name]["image"].(string)
+			image := images.ImageRef(wrapperValues[name]["image"])
 			if !strings.Contains(image, "@sha256:") {
 				t.Fatalf("wrapper %s pins no digest: %q", name, image)
 			}
