@@ -141,7 +141,20 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images test-packages binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
+
+# helm-unittest, pinned by the tool directive of its own module (outside go.work); make
+# test-packages builds it and stands it in for `helm unittest`, as Cozystack's CI has the plugin.
+HELM_UNITTEST_PIN := tools/binaries/helm-unittest
+
+.PHONY: test-packages
+test-packages: ## The packages' helm-unittest suites (packages/system/*/tests), run as Cozystack's hack/helm-unit-tests.sh runs them: make test in each package of a Cozystack-shaped copy (stand-in hack/ from tools/packages/cozystack).
+	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(HELM_UNITTEST_PIN) && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
+		$(GO) build -o "$$tmp/bin/helm-unittest" github.com/helm-unittest/helm-unittest/cmd/helm-unittest); \
+	cp tools/packages/helm "$$tmp/bin/helm"; \
+	mkdir -p "$$tmp/cozystack"; cp -R tools/packages/cozystack/hack packages "$$tmp/cozystack/"; \
+	cd "$$tmp/cozystack" && PATH="$$tmp/bin:$$PATH" sh hack/helm-unit-tests.sh
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.

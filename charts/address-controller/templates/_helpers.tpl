@@ -80,3 +80,9 @@ else the one the chart's cert-manager Certificate writes, else none (a self-sign
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* Whether to render a monitoring object of the given apiVersion/Kind: always, unless
+metrics.onlyWhereServed asks to render it only where the cluster serves that kind. */ -}}
+{{- define "address-controller.monitoringServed" -}}
+{{- if or (not .root.Values.metrics.onlyWhereServed) (.root.Capabilities.APIVersions.Has .api) -}}true{{- end -}}
+{{- end -}}
