@@ -19,7 +19,7 @@ GENERATED   := address-controller/api address-controller/config metallb-iad/inte
 CRD_REF_DOCS_PIN := tools/binaries/crd-ref-docs
 
 # images.yaml is the one source of truth for the shipped image references; these derive from it.
-IMAGES_DERIVED := images.yaml packages charts README.md docs
+IMAGES_DERIVED := images.yaml packages charts README.md docs deploy
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
@@ -106,9 +106,11 @@ images: ## The reference build: both images, each with an SPDX SBOM referrer per
 	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images) $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: ## Build and push both images with their SBOMs to REGISTRY, then write the digests to images.yaml and every place derived from it.
+release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt and hauler.yaml (RELEASE_DIR, default bin/release).
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
 	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
+	$(GO) run ./tools/cmd/images publish -registry $(REGISTRY) -version $(or $(VERSION),v0.0.0-main-$(shell git rev-parse --short=7 HEAD)) \
+		-out $(or $(RELEASE_DIR),$(LOCALBIN)/release) $(if $(PLAIN_HTTP),-plain-http)
 	@git --no-pager diff --stat
 
 .PHONY: release-commit
