@@ -109,6 +109,8 @@ images: ## The reference build: both images, each with an SPDX SBOM referrer per
 release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt and hauler.yaml (RELEASE_DIR, default bin/release).
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
 	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
+	@# The charts' value tables show the image map's defaults, and the wrappers vendor the charts.
+	$(MAKE) --no-print-directory chart-docs vendor-charts
 	$(GO) run ./tools/cmd/images publish -registry $(REGISTRY) -version $(or $(VERSION),v0.0.0-main-$(shell git rev-parse --short=7 HEAD)) \
 		-out $(or $(RELEASE_DIR),$(LOCALBIN)/release) $(if $(PLAIN_HTTP),-plain-http)
 	@git --no-pager diff --stat
@@ -125,6 +127,7 @@ release-commit: ## After make release: check every derived place, commit the new
 .PHONY: sync-images
 sync-images: ## Derive every place that names a shipped image (packages, charts, READMEs, docs) from images.yaml.
 	$(GO) run ./tools/cmd/images sync
+	$(MAKE) --no-print-directory chart-docs vendor-charts
 
 .PHONY: check-images
 check-images: ## Fail when a place that names a shipped image differs from images.yaml.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart"
+
+	"github.com/cozystack/reserved-ips/tools/images"
 )
 
 // The chart settings platform teams expect from a chart of MetalLB's or cert-manager's kind, one
@@ -25,19 +27,23 @@ func TestChartImageValue(t *testing.T) {
 				objs := render(t, name, values)
 				return dig(objs["Deployment/"+name], "spec", "template", "spec", "containers", 0, "image").(string)
 			}
-			if got, want := image(nil), "ghcr.io/cozystack/"+name+":"; !strings.HasPrefix(got, want) || !strings.Contains(got, "@sha256:") {
-				t.Errorf("default image %q, want %s<tag>@sha256:...", got, want)
+			// The default: the chart's own image map, composed (a release rewrites the map, so the
+			// test reads it rather than naming ghcr.io).
+			defaults := mustLoad(t, name).Values["image"].(map[string]any)
+			registry, repository := defaults["registry"].(string), defaults["repository"].(string)
+			if got, want := image(nil), images.ImageRef(defaults); got != want || !strings.Contains(got, "@sha256:") || !strings.HasSuffix(repository, "/"+name) {
+				t.Errorf("default image %q, want %s, a digest reference", got, want)
 			}
 			parts := map[string]any{"registry": "registry.example.org", "repository": "team/" + name, "tag": "v1.2.3", "digest": digest}
 			if got, want := image(map[string]any{"image": parts}), "registry.example.org/team/"+name+":v1.2.3@"+digest; got != want {
 				t.Errorf("image from parts %q, want %q", got, want)
 			}
-			if got, want := image(map[string]any{"image": map[string]any{"tag": "", "digest": digest}}), "ghcr.io/cozystack/"+name+"@"+digest; got != want {
+			if got, want := image(map[string]any{"image": map[string]any{"tag": "", "digest": digest}}), registry+"/"+repository+"@"+digest; got != want {
 				t.Errorf("digest alone %q, want %q", got, want)
 			}
 			global := map[string]any{"imageRegistry": "mirror.example.org:5000"}
 			got := image(map[string]any{"global": global})
-			if !strings.HasPrefix(got, "mirror.example.org:5000/cozystack/"+name+":") {
+			if !strings.HasPrefix(got, "mirror.example.org:5000/"+repository+":") {
 				t.Errorf("global.imageRegistry gives %q, want the mirror with the repository path kept", got)
 			}
 			whole := "other.example.org/x/" + name + "@" + digest

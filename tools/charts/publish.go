@@ -28,10 +28,9 @@ func registryClient(plainHTTP bool) (*registry.Client, error) {
 	return registry.NewClient(opts...)
 }
 
-// PublishChart packages the chart in dir at the release version (its version and appVersion)
-// and pushes it with the Helm SDK to <repo>/<name>:<version>, as `helm push` does; it returns
-// the pushed reference with its digest (repo/name:version@sha256:...).
-func PublishChart(dir, repo, version string, plainHTTP bool) (string, error) {
+// PackageChart packages the chart in dir at the release version (its version and appVersion)
+// into outDir, as `helm package` does, and returns the archive's path (<name>-<version>.tgz).
+func PackageChart(dir, version, outDir string) (string, error) {
 	c, err := Load(dir)
 	if err != nil {
 		return "", err
@@ -41,12 +40,22 @@ func PublishChart(dir, repo, version string, plainHTTP bool) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("chart %s at %s: %w", c.Name(), v, err)
 	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", err
+	}
+	return chartutil.Save(c, outDir)
+}
+
+// PublishChart packages the chart in dir at the release version and pushes it with the Helm SDK
+// to <repo>/<name>:<version>, as `helm push` does; it returns the pushed reference with its
+// digest (repo/name:version@sha256:...).
+func PublishChart(dir, repo, version string, plainHTTP bool) (string, error) {
 	tmp, err := os.MkdirTemp("", "chart-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	path, err := chartutil.Save(c, tmp)
+	path, err := PackageChart(dir, version, tmp)
 	if err != nil {
 		return "", err
 	}
@@ -54,11 +63,15 @@ func PublishChart(dir, repo, version string, plainHTTP bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	meta, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return "", err
+	}
 	client, err := registryClient(plainHTTP)
 	if err != nil {
 		return "", err
 	}
-	ref := OCIRepo(repo) + "/" + c.Name() + ":" + v
+	ref := OCIRepo(repo) + "/" + meta.Name() + ":" + meta.Metadata.Version
 	res, err := client.Push(data, ref, registry.PushOptStrictMode(true))
 	if err != nil {
 		return "", fmt.Errorf("pushing %s: %w", ref, err)

@@ -155,6 +155,12 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 	if err != nil || string(list) != after["address-controller"]+"\n"+after["metallb-iad"]+"\n" {
 		t.Errorf("images.txt %q (%v)", list, err)
 	}
+	for _, img := range Images {
+		c, err := charts.Load(filepath.Join(release, img.Name+"-0.0.0-rc.1.tgz"))
+		if err != nil || ImageRef(c.Values["image"]) != after[img.Name] {
+			t.Errorf("the chart archive of %s in the release directory: %v", img.Name, err)
+		}
+	}
 	hauler, _ := os.ReadFile(filepath.Join(release, "hauler.yaml"))
 	for _, want := range []string{"kind: Images", "- name: " + after["metallb-iad"], "kind: Charts", "repoURL: oci://" + reg + "/charts", "version: 0.0.0-rc.1"} {
 		if !strings.Contains(string(hauler), want) {

@@ -17,7 +17,8 @@
 // SDK and packages/ as a Flux OCI artifact to REGISTRY/reserved-ips-packages:<version> (what the
 // out-of-tree PackageSources of deploy/cozystack/reserved-ips.yaml read, whose OCIRepository it
 // points at that digest), prints one "kind ref@sha256:..." line each (for signing), and writes
-// images.txt, charts.txt and hauler.yaml into DIR (default bin/release).
+// images.txt, charts.txt, hauler.yaml and each chart as <name>-<version>.tgz into DIR (default
+// bin/release).
 package main
 
 import (
@@ -126,6 +127,10 @@ func publish(root, reg, version, out string, plainHTTP bool) error {
 		}
 		files.Charts[img.Name] = ref
 		fmt.Println("chart", ref)
+		// The same chart as an archive beside the lists, for sites that install from files.
+		if _, err := charts.PackageChart(charts.Dir(root, img.Name), version, out); err != nil {
+			return err
+		}
 	}
 	pkgs, err := images.PushPackages(root, reg, version, strings.TrimSpace(string(rev)), plainHTTP)
 	if err != nil {
