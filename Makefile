@@ -19,7 +19,7 @@ GENERATED   := address-controller/api address-controller/config metallb-iad/inte
 CRD_REF_DOCS_PIN := tools/binaries/crd-ref-docs
 
 # images.yaml is the one source of truth for the shipped image references; these derive from it.
-IMAGES_DERIVED := images.yaml packages charts README.md docs
+IMAGES_DERIVED := images.yaml packages charts README.md docs deploy
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
@@ -106,9 +106,13 @@ images: ## The reference build: both images, each with an SPDX SBOM referrer per
 	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images) $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: ## Build and push both images with their SBOMs to REGISTRY, then write the digests to images.yaml and every place derived from it.
+release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt and hauler.yaml (RELEASE_DIR, default bin/release).
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
 	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
+	@# The charts' value tables show the image map's defaults, and the wrappers vendor the charts.
+	$(MAKE) --no-print-directory chart-docs vendor-charts
+	$(GO) run ./tools/cmd/images publish -registry $(REGISTRY) -version $(or $(VERSION),v0.0.0-main-$(shell git rev-parse --short=7 HEAD)) \
+		-out $(or $(RELEASE_DIR),$(LOCALBIN)/release) $(if $(PLAIN_HTTP),-plain-http)
 	@git --no-pager diff --stat
 
 .PHONY: release-commit
@@ -123,6 +127,7 @@ release-commit: ## After make release: check every derived place, commit the new
 .PHONY: sync-images
 sync-images: ## Derive every place that names a shipped image (packages, charts, READMEs, docs) from images.yaml.
 	$(GO) run ./tools/cmd/images sync
+	$(MAKE) --no-print-directory chart-docs vendor-charts
 
 .PHONY: check-images
 check-images: ## Fail when a place that names a shipped image differs from images.yaml.
@@ -141,7 +146,20 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images test-packages binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
+
+# helm-unittest, pinned by the tool directive of its own module (outside go.work); make
+# test-packages builds it and stands it in for `helm unittest`, as Cozystack's CI has the plugin.
+HELM_UNITTEST_PIN := tools/binaries/helm-unittest
+
+.PHONY: test-packages
+test-packages: ## The packages' helm-unittest suites (packages/system/*/tests), run as Cozystack's hack/helm-unit-tests.sh runs them: make test in each package of a Cozystack-shaped copy (stand-in hack/ from tools/packages/cozystack).
+	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(HELM_UNITTEST_PIN) && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
+		$(GO) build -o "$$tmp/bin/helm-unittest" github.com/helm-unittest/helm-unittest/cmd/helm-unittest); \
+	cp tools/packages/helm "$$tmp/bin/helm"; \
+	mkdir -p "$$tmp/cozystack"; cp -R tools/packages/cozystack/hack packages "$$tmp/cozystack/"; \
+	cd "$$tmp/cozystack" && PATH="$$tmp/bin:$$PATH" sh hack/helm-unit-tests.sh
 
 .PHONY: test-unit
 test-unit: ## Unit and integration (envtest) tests of every module but e2e.

@@ -322,6 +322,34 @@ func TestMonitoringObjectsValidateAgainstTheirCRDs(t *testing.T) {
 			t.Errorf("%s: %d monitoring objects created, want a ServiceMonitor, a VMServiceScrape, a PrometheusRule, "+
 				"a dashboard ConfigMap and a GrafanaDashboard", name, created)
 		}
+		// The scrape objects that verify a cert-manager certificate (tlsConfig ca and serverName,
+		// no insecureSkipVerify) are valid too.
+		manifest, err = RenderRelease(c, name, ns, map[string]any{"fullnameOverride": name + "-tls", "metrics": map[string]any{
+			"serviceMonitor":  map[string]any{"enabled": true},
+			"vmServiceScrape": map[string]any{"enabled": true},
+			"tls":             map[string]any{"certManager": map[string]any{"enabled": true}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err = kubeapply.Decode([]byte(manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		verified := 0
+		for _, o := range objs {
+			if k := o.GetKind(); k != "ServiceMonitor" && k != "VMServiceScrape" {
+				continue
+			}
+			o.SetNamespace(ns)
+			if _, err := dyn.Resource(gvrs[o.GetKind()]).Namespace(ns).Create(ctx, o, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+				t.Errorf("%s: %s verifying the certificate refused: %v", name, o.GetKind(), err)
+			}
+			verified++
+		}
+		if verified != 2 {
+			t.Errorf("%s: %d scrape objects with a verified certificate, want 2", name, verified)
+		}
 	}
 }
 

@@ -20,6 +20,11 @@ func TestChartsLint(t *testing.T) {
 			Lint(filepath.Join(root, "packages", "system", name), nil),
 		} {
 			for _, err := range errs {
+				// Cozystack's wrappers carry the chart under charts/ without declaring it
+				// (TestPackagesFollowCozystackConventions), which the linter reports.
+				if strings.Contains(err.Error(), "chart metadata is missing these dependencies: "+name) {
+					continue
+				}
 				t.Errorf("%s: %v", name, err)
 			}
 		}

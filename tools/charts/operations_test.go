@@ -60,6 +60,9 @@ func TestChartDefaultsForOperators(t *testing.T) {
 	}
 }
 
+// firstAlert is the first alert of each chart's files/alerts.yaml, whose severity the test sets.
+var firstAlert = map[string]string{"address-controller": "ReservedIPClaimsPending", "metallb-iad": "ReservedIPPoolNearlyExhausted"}
+
 // Every operator knob reaches the objects.
 func TestChartOperatorValues(t *testing.T) {
 	for _, name := range charts {
@@ -80,7 +83,7 @@ func TestChartOperatorValues(t *testing.T) {
 					"readers":          []any{map[string]any{"namespace": "cozy-monitoring", "name": "vmagent"}},
 					"serviceMonitor":   map[string]any{"enabled": true, "interval": "30s", "labels": map[string]any{"release": "prom"}},
 					"vmServiceScrape":  map[string]any{"enabled": true},
-					"prometheusRule":   map[string]any{"enabled": true, "severity": "critical"},
+					"prometheusRule":   map[string]any{"enabled": true, "severities": map[string]any{firstAlert[name]: "critical"}},
 					"dashboard":        map[string]any{"enabled": true},
 					"grafanaDashboard": map[string]any{"enabled": true, "labels": map[string]any{"team": "net"}},
 				},
@@ -115,7 +118,8 @@ func TestChartOperatorValues(t *testing.T) {
 			sm := objs["ServiceMonitor/"+name]
 			if dig(sm, "metadata", "labels", "release") != "prom" || dig(sm, "spec", "endpoints", 0, "scheme") != "https" ||
 				dig(sm, "spec", "endpoints", 0, "port") != "https-metrics" || dig(sm, "spec", "endpoints", 0, "interval") != "30s" ||
-				dig(sm, "spec", "endpoints", 0, "bearerTokenFile") == nil {
+				dig(sm, "spec", "endpoints", 0, "authorization", "credentials", "name") != name+"-metrics-scraper-token" ||
+				dig(sm, "spec", "endpoints", 0, "bearerTokenFile") != nil {
 				t.Errorf("ServiceMonitor %v", sm)
 			}
 			if vs := objs["VMServiceScrape/"+name]; dig(vs, "spec", "endpoints", 0, "scheme") != "https" {

@@ -29,7 +29,7 @@ func TestPackageWrappers(t *testing.T) {
 		if err := yaml.Unmarshal(data, &values); err != nil {
 			t.Fatal(err)
 		}
-		if values[name]["image"] != want {
+		if images.ImageRef(values[name]["image"]) != want {
 			t.Errorf("%s.image = %v, want %s", name, values[name]["image"], want)
 		}
 		// The wrapped chart renders with the package's values (the chart directory stands in

@@ -15,14 +15,30 @@ import (
 )
 
 // platformHarness assembles a chart shaped like Cozystack's platform chart: the stand-in for the
-// platform's own helpers and values layout (testdata/platform), the emission fragment dropped in
-// unchanged as templates/bundles/reserved-ips.yaml, and the PackageSources under sources/.
+// platform's own helpers, values layout and system bundle (testdata/platform), the entry inserted
+// unchanged into the bundle's list of optional packages, and the PackageSources under sources/.
 func platformHarness(t *testing.T) *chart.Chart {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "platform")
 	copyTree(t, filepath.Join("testdata", "platform"), dir)
-	copyTree(t, filepath.Join(root, "packages", "core", "platform", "templates"), filepath.Join(dir, "templates"))
 	copyTree(t, filepath.Join(root, "packages", "core", "platform", "sources"), filepath.Join(dir, "sources"))
+	// The pull request's one edit of a Cozystack file: the entry, inline in the system bundle's
+	// list of optional packages.
+	entry, err := os.ReadFile(filepath.Join(root, systemEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "templates", "bundles", "system.yaml")
+	data, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "# OPTIONAL\n") {
+		t.Fatal("the stand-in system bundle has no OPTIONAL marker")
+	}
+	if err := os.WriteFile(bundle, []byte(strings.Replace(string(data), "# OPTIONAL\n", string(entry), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +46,12 @@ func platformHarness(t *testing.T) *chart.Chart {
 	return c
 }
 
-// emissionCase is one platform configuration and the reserved-IP Packages it must emit.
+// systemEntry holds the lines that go into Cozystack's templates/bundles/system.yaml.
+const systemEntry = "packages/core/platform/bundles/system-entry.yaml"
+
+// ours are the Packages the entry emits.
+var ours = []string{"cozystack.address-controller", "cozystack.metallb-iad"}
+
 type emissionCase struct {
 	name     string
 	system   bool
@@ -46,12 +67,9 @@ var emissionCases = []emissionCase{
 	{"isp-full, both enabled", true, "isp-full", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
 	{"isp-full-generic, both enabled", true, "isp-full-generic", both, nil, []string{"cozystack.address-controller", "cozystack.metallb-iad"}},
 	{"isp-hosted: no MetalLB, no driver", true, "isp-hosted", both, nil, []string{"cozystack.address-controller"}},
-	{"slim variant without MetalLB", true, "distro-full", both, nil, []string{"cozystack.address-controller"}},
 	// bundles.enabledPackages never emits MetalLB: the platform emits it only with the common
 	// system packages of the isp-full variants, so naming it there brings no driver.
 	{"isp-hosted that lists MetalLB: still no driver", true, "isp-hosted", append(slices.Clone(both), "cozystack.metallb"), nil,
-		[]string{"cozystack.address-controller"}},
-	{"distro-full that lists MetalLB: still no driver", true, "distro-full", append(slices.Clone(both), "cozystack.metallb"), nil,
 		[]string{"cozystack.address-controller"}},
 	{"isp-full-generic, MetalLB disabled", true, "isp-full-generic", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
 	{"MetalLB disabled", true, "isp-full", both, []any{"cozystack.metallb"}, []string{"cozystack.address-controller"}},
@@ -62,7 +80,9 @@ var emissionCases = []emissionCase{
 	{"core disabled: no driver either", true, "isp-full", both, []any{"cozystack.address-controller"}, nil},
 	{"driver disabled", true, "isp-full", both, []any{"cozystack.metallb-iad"}, []string{"cozystack.address-controller"}},
 	{"nothing enabled", true, "isp-full", nil, nil, nil},
-	{"system bundle off", false, "isp-full", both, nil, nil},
+	// The platform's default variant (values.yaml alone) turns the system bundle off: packages are
+	// then added with cozypkg (TestCozypkgInstallsTheDependencies).
+	{"platform variant default: system bundle off", false, "isp-full", both, nil, nil},
 }
 
 func (tc emissionCase) values() map[string]any {
@@ -75,7 +95,7 @@ func (tc emissionCase) values() map[string]any {
 // platformEmits is what Cozystack's platform chart itself emits in a configuration, as far as
 // our sources depend on it (packages/core/platform/templates/bundles/system.yaml and the
 // common-packages helper of its _helpers.tpl): the networking package on the isp-full,
-// isp-full-generic and isp-hosted variants (distro-full emits none), MetalLB only with the
+// isp-full-generic and isp-hosted variants, MetalLB only with the
 // common system packages of the two isp-full variants, and nothing that
 // bundles.disabledPackages names. bundles.enabledPackages adds neither: neither is optional.
 func (tc emissionCase) platformEmits() []string {
@@ -115,7 +135,7 @@ func renderPackages(t *testing.T, c *chart.Chart, values map[string]any) ([]stri
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Package":
-			if o.GetAnnotations()["helm.sh/resource-policy"] != "keep" || dig(o.Object, "spec", "variant") != "default" {
+			if slices.Contains(ours, o.GetName()) && (o.GetAnnotations()["helm.sh/resource-policy"] != "keep" || dig(o.Object, "spec", "variant") != "default") {
 				t.Errorf("Package %s: annotations %v, spec %v", o.GetName(), o.GetAnnotations(), o.Object["spec"])
 			}
 			packages = append(packages, o.GetName())
@@ -135,7 +155,13 @@ func TestPackageEmission(t *testing.T) {
 	c := platformHarness(t)
 	for _, tc := range emissionCases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _ := renderPackages(t, c, tc.values())
+			all, _ := renderPackages(t, c, tc.values())
+			var got []string
+			for _, p := range all {
+				if slices.Contains(ours, p) {
+					got = append(got, p)
+				}
+			}
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("emitted %v, want %v", got, tc.want)
 			}
@@ -169,22 +195,21 @@ func TestPackageSourceDependencies(t *testing.T) {
 		}
 	}
 	for _, tc := range emissionCases {
-		emitted, _ := renderPackages(t, c, tc.values())
-		all := append(tc.platformEmits(), emitted...)
-		for _, p := range emitted {
+		all, _ := renderPackages(t, c, tc.values())
+		for _, p := range all {
+			if !slices.Contains(ours, p) {
+				continue
+			}
 			for _, d := range deps(p) {
-				if d == "cozystack.networking" && tc.system && tc.variant == "distro-full" {
-					// The platform emits no networking Package on the deprecated distro-full
-					// variant, yet its own default system packages (cert-manager,
-					// cozystack-engine) depend on it there as well: a gap of the platform's,
-					// not one the fragment can close while emitting the core "when enabled"
-					// (docs/design.md#packaging).
-					t.Logf("%s: %s depends on %s, which the platform itself does not emit on distro-full", tc.name, p, d)
-					continue
-				}
 				if !slices.Contains(all, d) {
 					t.Errorf("%s: %s is emitted but its dependency %s is not (emitted: %v)", tc.name, p, d, all)
 				}
+			}
+		}
+		// The stand-in emits what the model of Cozystack's bundle says.
+		for _, p := range tc.platformEmits() {
+			if !slices.Contains(all, p) {
+				t.Errorf("%s: the stand-in does not emit %s", tc.name, p)
 			}
 		}
 	}
@@ -193,7 +218,7 @@ func TestPackageSourceDependencies(t *testing.T) {
 // The fragment uses only what Cozystack's platform chart provides: its optional-package helper,
 // its bundle values, and templates it defines itself.
 func TestEmissionFragmentUsesOnlyPlatformInterfaces(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(root, "packages", "core", "platform", "templates", "bundles", "reserved-ips.yaml"))
+	data, err := os.ReadFile(filepath.Join(root, systemEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +240,62 @@ func TestEmissionFragmentUsesOnlyPlatformInterfaces(t *testing.T) {
 	}
 	if strings.Contains(text, ".Values.variant") {
 		t.Error("the fragment reads .Values.variant; the platform's variant is bundles.system.variant")
+	}
+}
+
+// cozystackSources are PackageSources of Cozystack's platform chart that ours depend on
+// (packages/core/platform/sources there), with their own dependencies.
+var cozystackSources = map[string][]string{
+	"cozystack.networking": nil, // its variants' dependencies are Cozystack's own business
+	"cozystack.metallb":    {"cozystack.networking"},
+}
+
+// On the platform's default variant nothing is emitted, and cozypkg adds a package with every
+// PackageSource its variants depend on, dependencies first: adding the driver adds the core,
+// MetalLB and networking, each before whatever depends on it, and nothing outside Cozystack's and
+// our sources.
+func TestCozypkgInstallsTheDependencies(t *testing.T) {
+	c := platformHarness(t)
+	defaultVariant := map[string]any{"bundles": map[string]any{"system": map[string]any{"enabled": false, "variant": "isp-full"},
+		"enabledPackages": both}}
+	emitted, sources := renderPackages(t, c, defaultVariant)
+	if len(emitted) != 0 {
+		t.Fatalf("the default variant emits %v", emitted)
+	}
+	dependsOn := map[string][]string{}
+	for name, deps := range cozystackSources {
+		dependsOn[name] = deps
+	}
+	for name, src := range sources {
+		for _, v := range dig(src, "spec", "variants").([]any) {
+			dependsOn[name] = append(dependsOn[name], toStrings(dig(v.(map[string]any), "dependsOn"))...)
+		}
+	}
+	// cozypkg's walk: the closure, then an order with every dependency first.
+	var order []string
+	state := map[string]int{}
+	var visit func(string)
+	visit = func(n string) {
+		deps, ok := dependsOn[n]
+		if !ok {
+			t.Fatalf("%s is no PackageSource of Cozystack's or ours", n)
+		}
+		if state[n] == 1 {
+			t.Fatalf("dependency cycle through %s", n)
+		}
+		if state[n] == 2 {
+			return
+		}
+		state[n] = 1
+		for _, d := range deps {
+			visit(d)
+		}
+		state[n] = 2
+		order = append(order, n)
+	}
+	visit("cozystack.metallb-iad")
+	want := []string{"cozystack.networking", "cozystack.address-controller", "cozystack.metallb", "cozystack.metallb-iad"}
+	if !slices.Equal(order, want) {
+		t.Errorf("cozypkg add cozystack.metallb-iad installs %v, want %v", order, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/chartdocs"
+	"github.com/cozystack/reserved-ips/tools/images"
 )
 
 // copyTree copies the directory src to dst (which must not exist).
@@ -66,7 +67,7 @@ func TestWrappersRenderFromPackagesAlone(t *testing.T) {
 			if err := yaml.Unmarshal(data, &wrapperValues); err != nil {
 				t.Fatal(err)
 			}
-			image, _ := wrapperValues[name]["image"].(string)
+			image := images.ImageRef(wrapperValues[name]["image"])
 			if !strings.Contains(image, "@sha256:") {
 				t.Fatalf("wrapper %s pins no digest: %q", name, image)
 			}
@@ -107,7 +108,7 @@ func TestWrappersRenderFromPackagesAlone(t *testing.T) {
 }
 
 // The wrapper pins the same kubeVersion as the chart it wraps (Helm checks only the chart being
-// installed, which on Cozystack is the wrapper) and declares the vendored chart at its version.
+// installed, which on Cozystack is the wrapper) and carries the vendored chart at its version.
 func TestWrappersKubeVersion(t *testing.T) {
 	for _, name := range []string{"address-controller", "metallb-iad"} {
 		w, err := Load(filepath.Join(root, "packages", "system", name))
@@ -121,9 +122,10 @@ func TestWrappersKubeVersion(t *testing.T) {
 		if w.Metadata.KubeVersion == "" || w.Metadata.KubeVersion != c.Metadata.KubeVersion {
 			t.Errorf("%s: wrapper kubeVersion %q, chart %q", name, w.Metadata.KubeVersion, c.Metadata.KubeVersion)
 		}
-		if len(w.Metadata.Dependencies) != 1 || w.Metadata.Dependencies[0].Name != name || w.Metadata.Dependencies[0].Version != c.Metadata.Version ||
-			w.Metadata.Dependencies[0].Repository != "" {
-			t.Errorf("%s: the wrapper must declare the vendored chart %s %s without a repository: %+v", name, name, c.Metadata.Version, w.Metadata.Dependencies)
+		// As Cozystack's wrappers: the chart under charts/ is not declared (Helm loads it all the same).
+		if len(w.Metadata.Dependencies) != 0 || len(w.Dependencies()) != 1 || w.Dependencies()[0].Name() != name ||
+			w.Dependencies()[0].Metadata.Version != c.Metadata.Version {
+			t.Errorf("%s: the wrapper must carry the vendored chart %s %s undeclared: %+v", name, name, c.Metadata.Version, w.Metadata.Dependencies)
 		}
 	}
 }

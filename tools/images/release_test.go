@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/cozystack/reserved-ips/tools/charts"
 )
 
 // copyCheckout copies the checkout's files (tracked and untracked, not ignored) into a fresh git
@@ -96,7 +99,7 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	sbomDir := t.TempDir()
-	out := run(t, dir, nil, "make", "release", "REGISTRY="+reg, "VERSION=v0.0.0-rc.1", "SBOM_DIR="+sbomDir)
+	out := run(t, dir, nil, "make", "release", "REGISTRY="+reg, "VERSION=v0.0.0-rc.1", "SBOM_DIR="+sbomDir, "PLAIN_HTTP=1")
 	after, err := ReadShipped(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +136,42 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 			}
 		}
 	}
+	// The charts, published with the Helm SDK, name the released images; the release files list
+	// them; the out-of-tree PackageSources' OCIRepository is pinned to the packages artifact.
+	for _, img := range Images {
+		c, err := charts.PullChart(reg+"/charts", img.Name, "v0.0.0-rc.1", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Metadata.Version != "0.0.0-rc.1" || ImageRef(c.Values["image"]) != after[img.Name] {
+			t.Errorf("published chart %s %s names %v, want %s", img.Name, c.Metadata.Version, c.Values["image"], after[img.Name])
+		}
+		if !strings.Contains(out, "chart "+reg+"/charts/"+img.Name+":0.0.0-rc.1@sha256:") {
+			t.Errorf("make release did not print the chart %s:\n%s", img.Name, out)
+		}
+	}
+	release := filepath.Join(dir, "bin", "release")
+	list, err := os.ReadFile(filepath.Join(release, "images.txt"))
+	if err != nil || string(list) != after["address-controller"]+"\n"+after["metallb-iad"]+"\n" {
+		t.Errorf("images.txt %q (%v)", list, err)
+	}
+	for _, img := range Images {
+		c, err := charts.Load(filepath.Join(release, img.Name+"-0.0.0-rc.1.tgz"))
+		if err != nil || ImageRef(c.Values["image"]) != after[img.Name] {
+			t.Errorf("the chart archive of %s in the release directory: %v", img.Name, err)
+		}
+	}
+	hauler, _ := os.ReadFile(filepath.Join(release, "hauler.yaml"))
+	for _, want := range []string{"kind: Images", "- name: " + after["metallb-iad"], "kind: Charts", "repoURL: oci://" + reg + "/charts", "version: 0.0.0-rc.1"} {
+		if !strings.Contains(string(hauler), want) {
+			t.Errorf("hauler.yaml lacks %q:\n%s", want, hauler)
+		}
+	}
+	oot, _ := os.ReadFile(filepath.Join(dir, OutOfTreeFile))
+	if !regexp.MustCompile(`url: oci://` + regexp.QuoteMeta(reg) + `/reserved-ips-packages\n  ref:\n    tag: v0.0.0-rc.1\n    digest: sha256:[0-9a-f]{64}\n`).Match(oot) {
+		t.Errorf("%s not pinned to the packages artifact:\n%s", OutOfTreeFile, oot)
+	}
+
 	// The repository's own tests pass on the released tree.
 	run(t, dir, nil, "go", "run", "./tools/cmd/images", "check")
 	run(t, dir, []string{"GOFLAGS=-buildvcs=false"}, "go", "test", "-count=1",
@@ -148,8 +187,26 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 	if status := git(t, dir, "status", "--porcelain"); status != "" {
 		t.Fatalf("the release left changes out of the commit:\n%s", status)
 	}
-	for _, f := range []string{"images.yaml", "packages/system/metallb-iad/values.yaml", "charts/metallb-iad/values.yaml", "charts/metallb-iad/README.md"} {
-		if !strings.Contains(git(t, dir, "show", "v0.0.0-rc.1:"+f), after["metallb-iad"]) {
+	if !strings.Contains(git(t, dir, "show", "v0.0.0-rc.1:"+OutOfTreeFile), "tag: v0.0.0-rc.1") {
+		t.Errorf("%s at the tag is not pinned to the release", OutOfTreeFile)
+	}
+	for _, f := range []string{"images.yaml", "packages/system/metallb-iad/values.yaml", "charts/metallb-iad/values.yaml"} {
+		text := git(t, dir, "show", "v0.0.0-rc.1:"+f)
+		if f != "images.yaml" {
+			// The values name the image as a map (registry, repository, tag, digest).
+			tmp := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			key := []string{"image"}
+			if strings.HasPrefix(f, "packages/") {
+				key = []string{"metallb-iad", "image"}
+			}
+			if text, _ = valueAt(tmp, key); text == "" {
+				t.Errorf("%s at the tag names no image", f)
+			}
+		}
+		if !strings.Contains(text, after["metallb-iad"]) {
 			t.Errorf("%s at the tag does not name %s", f, after["metallb-iad"])
 		}
 	}

@@ -97,6 +97,86 @@ func repository(ref string) string {
 	return d.Context().Name()
 }
 
+// ImageRef is the reference an image value names: a string as it is, a map in cert-manager's
+// shape (registry, repository, tag, digest) composed as the charts compose it; "" for anything else.
+func ImageRef(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case map[string]any:
+		part := func(k string) string { s, _ := x[k].(string); return s }
+		ref := part("repository")
+		if ref == "" {
+			return ""
+		}
+		if r := part("registry"); r != "" {
+			ref = strings.TrimSuffix(r, "/") + "/" + ref
+		}
+		if t := part("tag"); t != "" {
+			ref += ":" + t
+		}
+		if d := part("digest"); d != "" {
+			ref += "@" + d
+		}
+		return ref
+	}
+	return ""
+}
+
+// RefParts splits a reference registry/repository[:tag][@digest] into the parts of an image map.
+func RefParts(ref string) (registry, repository, tag, digest string) {
+	rest := ref
+	if i := strings.Index(rest, "@"); i >= 0 {
+		rest, digest = rest[:i], rest[i+1:]
+	}
+	if i := strings.LastIndex(rest, ":"); i > strings.LastIndex(rest, "/") {
+		rest, tag = rest[:i], rest[i+1:]
+	}
+	registry, repository, _ = strings.Cut(rest, "/")
+	return registry, repository, tag, digest
+}
+
+// setImageMap rewrites, in a values file's text, the registry, repository, tag and digest lines of
+// the image map at key (each nesting level indented two spaces), keeping everything else.
+func setImageMap(data []byte, key []string, ref string) ([]byte, error) {
+	indent := strings.Repeat("  ", len(key)-1)
+	lines := strings.Split(string(data), "\n")
+	start := -1
+	depth := 0
+	for i, l := range lines {
+		// Find the key path level by level, by indentation.
+		if depth < len(key) && l == strings.Repeat("  ", depth)+key[depth]+":" {
+			depth++
+			if depth == len(key) {
+				start = i
+				break
+			}
+		}
+	}
+	if start < 0 {
+		return nil, fmt.Errorf("no %s map", strings.Join(key, "."))
+	}
+	registry, repository, tag, digest := RefParts(ref)
+	values := map[string]string{"registry": registry, "repository": repository, "tag": tag, "digest": digest}
+	seen := map[string]bool{}
+	for i := start + 1; i < len(lines) && strings.HasPrefix(lines[i], indent+"  "); i++ {
+		field, _, ok := strings.Cut(strings.TrimPrefix(lines[i], indent+"  "), ":")
+		if v, known := values[field]; ok && known {
+			lines[i] = indent + "  " + field + ": " + v
+			seen[field] = true
+		}
+	}
+	if !seen["repository"] {
+		return nil, fmt.Errorf("the %s map has no repository line", strings.Join(key, "."))
+	}
+	for _, f := range []string{"registry", "tag", "digest"} {
+		if values[f] != "" && !seen[f] {
+			return nil, fmt.Errorf("the %s map has no %s line for %s", strings.Join(key, "."), f, ref)
+		}
+	}
+	return []byte(strings.Join(lines, "\n")), nil
+}
+
 // imageValues are the structured places: the value that must equal the shipped reference in a
 // values file, keyed by the file's path relative to root.
 func imageValue(root, path string) (image string, key []string) {
@@ -140,6 +220,18 @@ func Sync(root string, from, to Shipped) ([]string, error) {
 			return nil, err
 		}
 		out := data
+		if img, key := imageValue(root, f); key != nil && to[img] != "" {
+			if isMap, err := mapAt(f, key); err != nil {
+				return nil, err
+			} else if isMap {
+				v, _ := valueAt(f, key)
+				if slices.Contains(repos[img], repository(v)) || v == "" {
+					if out, err = setImageMap(out, key, to[img]); err != nil {
+						return nil, fmt.Errorf("%s: %w", f, err)
+					}
+				}
+			}
+		}
 		for _, img := range Images {
 			repos := repos[img.Name]
 			out = refPattern(img.Name).ReplaceAllFunc(out, func(m []byte) []byte {
@@ -201,7 +293,7 @@ func Stale(root string, s Shipped) ([]string, error) {
 	return out, nil
 }
 
-// valueAt reads the string at key in a YAML file ("" when absent).
+// valueAt reads the image reference at key in a YAML file, a string or an image map ("" when absent).
 func valueAt(path string, key []string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -216,8 +308,26 @@ func valueAt(path string, key []string) (string, error) {
 		m, _ := v.(map[string]any)
 		v = m[k]
 	}
-	str, _ := v.(string)
-	return str, nil
+	return ImageRef(v), nil
+}
+
+// mapAt says whether the value at key in a YAML file is a map.
+func mapAt(path string, key []string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	var v any = values
+	for _, k := range key {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	_, ok := v.(map[string]any)
+	return ok, nil
 }
 
 func writeAtomic(path string, data []byte) error {

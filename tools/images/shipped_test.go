@@ -119,7 +119,8 @@ func TestSyncMovesEveryDerivedPlace(t *testing.T) {
 		t.Errorf("docs after the sync:\n%s", data)
 	}
 	values, _ := os.ReadFile(filepath.Join(dir, "packages", "system", "metallb-iad", "values.yaml"))
-	if !strings.Contains(string(values), "  image: "+next["metallb-iad"]+"\n") || !strings.Contains(string(values), "metallbNamespace: cozy-metallb") {
+	if !strings.Contains(string(values), "    registry: 127.0.0.1:5000\n    repository: test/metallb-iad\n    tag: v1.2.3\n    digest: sha256:"+strings.Repeat("b", 64)+"\n") ||
+		!strings.Contains(string(values), "metallbNamespace: cozy-metallb") {
 		t.Fatalf("wrapper values after the sync:\n%s", values)
 	}
 	if stale, _ := Stale(dir, next); len(stale) > 0 {

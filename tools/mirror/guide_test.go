@@ -280,7 +280,22 @@ func workflowSubjects(t *testing.T, root string, refs map[string]string) (signed
 	if err := os.WriteFile(filepath.Join(dir, "images.yaml"), []byte(shipped.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// make release also lists the charts and the packages artifact it published, to be signed.
+	chartDigest := "sha256:" + strings.Repeat("c", 64)
+	if err := os.MkdirAll(filepath.Join(dir, "bin", "release"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "release", "charts.txt"),
+		[]byte("oci://ghcr.io/cozystack/charts/metallb-iad:0.1.0@"+chartDigest+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	signed, attested = map[string]bool{}, map[string]bool{}
+	defer func() {
+		if !signed[chartDigest] {
+			t.Errorf("the release workflow does not sign the charts make release lists (signs %v)", keys(signed))
+		}
+		delete(signed, chartDigest)
+	}()
 	for _, c := range runWithCosign(t, dir, step, "SBOM_DIR="+sboms) {
 		switch {
 		case c.verb == "sign":

@@ -22,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/images"
 )
 
 // Options configures a mirror run.
@@ -57,7 +59,8 @@ type Result struct {
 }
 
 // PackageImages reads the image references the packages ship: <component>.image in each
-// packages/system/<component>/values.yaml.
+// packages/system/<component>/values.yaml, a reference or an image map (registry, repository, tag,
+// digest).
 func PackageImages(packagesDir string) (map[string]string, error) {
 	files, err := filepath.Glob(filepath.Join(packagesDir, "system", "*", "values.yaml"))
 	if err != nil {
@@ -74,7 +77,7 @@ func PackageImages(packagesDir string) (map[string]string, error) {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		for component, v := range values {
-			if img, ok := v["image"].(string); ok {
+			if img := images.ImageRef(v["image"]); img != "" {
 				out[component] = img
 			}
 		}

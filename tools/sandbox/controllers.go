@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
+
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
@@ -80,7 +82,11 @@ func installChart(ctx context.Context, s *Sandbox, c Controller) error {
 	if err != nil {
 		return err
 	}
-	ch, err := charts.Load(charts.Dir(root, c.Name))
+	load := s.charts
+	if load == nil {
+		load = func(name string) (*chart.Chart, error) { return charts.Load(charts.Dir(root, name)) }
+	}
+	ch, err := load(c.Name)
 	if err != nil {
 		return err
 	}

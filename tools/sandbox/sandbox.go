@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"helm.sh/helm/v3/pkg/chart"
+
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
@@ -96,6 +98,9 @@ type Options struct {
 	ControllerArgs []string
 	// DriverArgs are extra flags for metallb-iad alone (after ControllerArgs).
 	DriverArgs []string
+	// Charts loads a controller's chart by name (address-controller, metallb-iad); nil: the
+	// checkout's charts/<name>. A test sets it to pull the published charts from a registry.
+	Charts func(name string) (*chart.Chart, error)
 }
 
 // Sandbox is a running control plane with every add-on set up.
@@ -108,6 +113,7 @@ type Sandbox struct {
 	examples       bool
 	controllerArgs []string
 	driverArgs     []string
+	charts         func(name string) (*chart.Chart, error)
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.
@@ -123,7 +129,8 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples, controllerArgs: opts.ControllerArgs, driverArgs: opts.DriverArgs}
+	s := &Sandbox{ControlPlane: cp, Logf: logf, examples: opts.Examples, controllerArgs: opts.ControllerArgs, driverArgs: opts.DriverArgs,
+		charts: opts.Charts}
 	for _, a := range Addons {
 		logf("setting up %s", a.Name)
 		if err := a.Start(ctx, s); err != nil {

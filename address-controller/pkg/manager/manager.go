@@ -33,6 +33,10 @@ type Options struct {
 	// authenticates and authorizes (get on the /metrics non-resource URL) read them; the
 	// controller then needs create on tokenreviews and subjectaccessreviews.
 	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the secure metrics endpoint (a Secret of type
+	// kubernetes.io/tls mounted there), so that scrapers can verify it; empty: a self-signed
+	// certificate generated at start.
+	MetricsCertDir string
 	// ProbeAddr is where /healthz and /readyz listen.
 	ProbeAddr string
 	// PprofAddr is where Go's /debug/pprof endpoints listen ("" or "0": off, the default).
@@ -63,6 +67,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
 		"serve metrics over HTTPS to callers the apiserver authenticates and authorizes (needs create on tokenreviews and subjectaccessreviews)")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "",
+		"directory holding tls.crt and tls.key for the secure metrics endpoint (empty: a self-signed certificate)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0",
 		"address of Go's /debug/pprof endpoints, for heap and CPU profiles (0 disables them; they are unauthenticated: bind to loopback)")
@@ -135,6 +141,7 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 	if o.MetricsSecure {
 		metrics.SecureServing = true
 		metrics.FilterProvider = metricsauth.Filter
+		metrics.CertDir = o.MetricsCertDir
 	}
 	// Both controllers watch Services: keep only what they read, whatever else Spec asks of the
 	// Service cache (a label selector, for instance).

@@ -105,6 +105,18 @@ func TestMetricsSecure(t *testing.T) {
 	}
 }
 
+// A mounted certificate (the charts' metrics.tls.secretName) is what the secure endpoint serves,
+// so that a ServiceMonitor can verify it instead of skipping verification.
+func TestMetricsCertDir(t *testing.T) {
+	if m := parse(t, "--metrics-secure").ManagerOptions(Spec{}); m.Metrics.CertDir != "" {
+		t.Errorf("cert dir %q without --metrics-cert-dir", m.Metrics.CertDir)
+	}
+	m := parse(t, "--metrics-secure", "--metrics-cert-dir=/etc/metrics-tls").ManagerOptions(Spec{})
+	if m.Metrics.CertDir != "/etc/metrics-tls" {
+		t.Errorf("cert dir %q, want /etc/metrics-tls", m.Metrics.CertDir)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, args := range [][]string{{"--workers=0"}, {"--kube-api-qps=0"}, {"--resync-period=0s"}} {
 		if parse(t, args...).Validate() == nil {

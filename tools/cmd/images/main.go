@@ -4,6 +4,7 @@
 //	images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...]
 //	images sync     derive every place (packages, charts, READMEs, docs) from images.yaml
 //	images check    fail when a derived place does not name the references in images.yaml
+//	images publish -registry REGISTRY -version V [-out DIR] [-plain-http]
 //
 // With -push, each image goes to REGISTRY/<name>:<version> with one SPDX SBOM referrer per
 // platform (credentials from the Docker config), and the command prints one
@@ -11,6 +12,13 @@
 // images.yaml and derives every other place from it. With -layout, the images and their SBOMs
 // are written into an OCI image layout. -sbom-dir also writes each SBOM as
 // <name>_<platform image digest hex>.spdx.json, for signing tools to attest.
+//
+// publish pushes both charts as OCI Helm charts to REGISTRY/charts/<name>:<version> with the Helm
+// SDK and packages/ as a Flux OCI artifact to REGISTRY/reserved-ips-packages:<version> (what the
+// out-of-tree PackageSources of deploy/cozystack/reserved-ips.yaml read, whose OCIRepository it
+// points at that digest), prints one "kind ref@sha256:..." line each (for signing), and writes
+// images.txt, charts.txt, hauler.yaml and each chart as <name>-<version>.tgz into DIR (default
+// bin/release).
 package main
 
 import (
@@ -22,11 +30,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/images"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
 
-const usage = "usage: images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...] | sync | check"
+const usage = "usage: images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...] | sync | check | publish -registry REGISTRY -version V [-out DIR] [-plain-http]"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -78,10 +87,61 @@ func main() {
 			fail(fmt.Errorf("places that do not name the references in %s (run `make sync-images`):\n  %s",
 				images.ShippedFile, strings.Join(stale, "\n  ")))
 		}
+	case "publish":
+		fs := flag.NewFlagSet("publish", flag.ExitOnError)
+		reg := fs.String("registry", "", "registry to publish to (for example ghcr.io/cozystack)")
+		version := fs.String("version", "", "release version (v0.1.0; the charts get 0.1.0)")
+		out := fs.String("out", filepath.Join(root, "bin", "release"), "directory for images.txt, charts.txt and hauler.yaml")
+		plain := fs.Bool("plain-http", false, "talk plain HTTP to the registry (a local test registry)")
+		_ = fs.Parse(os.Args[2:])
+		if *reg == "" || *version == "" {
+			fail(fmt.Errorf("publish needs -registry and -version"))
+		}
+		if err := publish(root, strings.TrimSuffix(strings.TrimPrefix(*reg, "oci://"), "/"), *version, *out, *plain); err != nil {
+			fail(err)
+		}
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
+}
+
+// publish pushes the charts and the packages artifact and writes the release files.
+func publish(root, reg, version, out string, plainHTTP bool) error {
+	shipped, err := images.ReadShipped(root)
+	if err != nil {
+		return err
+	}
+	if stale, err := images.Stale(root, shipped); err != nil || len(stale) > 0 {
+		return fmt.Errorf("the charts do not name the shipped images (run make sync-images first): %v %v", stale, err)
+	}
+	rev, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return fmt.Errorf("reading the revision: %w", err)
+	}
+	files := images.ReleaseFiles{Images: shipped, Charts: map[string]string{}}
+	for _, img := range images.Images {
+		ref, err := charts.PublishChart(charts.Dir(root, img.Name), reg+"/charts", version, plainHTTP)
+		if err != nil {
+			return err
+		}
+		files.Charts[img.Name] = ref
+		fmt.Println("chart", ref)
+		// The same chart as an archive beside the lists, for sites that install from files.
+		if _, err := charts.PackageChart(charts.Dir(root, img.Name), version, out); err != nil {
+			return err
+		}
+	}
+	pkgs, err := images.PushPackages(root, reg, version, strings.TrimSpace(string(rev)), plainHTTP)
+	if err != nil {
+		return err
+	}
+	files.Packages = pkgs
+	fmt.Println("packages", pkgs)
+	if err := images.PinOutOfTree(root, pkgs); err != nil {
+		return err
+	}
+	return files.Write(out)
 }
 
 type buildFlags struct {

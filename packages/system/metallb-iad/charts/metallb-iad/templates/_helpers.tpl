@@ -1,5 +1,50 @@
+{{- /* The chart's name in labels: nameOverride, else the chart's own. */ -}}
+{{- define "metallb-iad.name" -}}
+{{- default "metallb-iad" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* The prefix of every object's name: fullnameOverride, else the release name (so a release
+named metallb-iad keeps the names it always had). */ -}}
+{{- define "metallb-iad.fullname" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* The ServiceAccount the controller runs as: serviceAccount.name, else the fullname; with
+serviceAccount.create false it must exist already (empty name: the namespace's default). */ -}}
+{{- define "metallb-iad.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "metallb-iad.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The controller's image reference. image is a map in cert-manager's shape (registry,
+repository, tag, digest); global.imageRegistry, when set, replaces its registry, so one value
+redirects the image to a mirror that keeps the repository path. A plain string is taken as the
+whole reference, unchanged (the form of earlier releases). */ -}}
+{{- define "metallb-iad.image" -}}
+{{- $img := .Values.image -}}
+{{- if kindIs "string" $img -}}
+{{- $img -}}
+{{- else -}}
+{{- $registry := default $img.registry (dig "imageRegistry" "" (.Values.global | default dict)) -}}
+{{- $ref := $img.repository -}}
+{{- if $registry }}{{ $ref = printf "%s/%s" (trimSuffix "/" $registry) $ref }}{{ end -}}
+{{- if $img.tag }}{{ $ref = printf "%s:%s" $ref $img.tag }}{{ end -}}
+{{- if $img.digest }}{{ $ref = printf "%s@%s" $ref $img.digest }}{{ end -}}
+{{- $ref -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The ServiceAccount whose token the chart's ServiceMonitor and VMServiceScrape present
+(prometheus-operator's and VictoriaMetrics' authorization field reads it from a Secret). */ -}}
+{{- define "metallb-iad.scraperName" -}}
+{{- printf "%s-metrics-scraper" (include "metallb-iad.fullname" .) -}}
+{{- end -}}
+
 {{- define "metallb-iad.labels" -}}
-app.kubernetes.io/name: metallb-iad
+app.kubernetes.io/name: {{ include "metallb-iad.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -7,7 +52,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "metallb-iad.selector" -}}
-app.kubernetes.io/name: metallb-iad
+app.kubernetes.io/name: {{ include "metallb-iad.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -38,4 +83,22 @@ annotations, so neither parked nor pinned yet). */ -}}
       expression: >-
         !has(object.metadata.annotations) || !['metallb.io/loadBalancerIPs', 'metallb.io/address-pool', 'metallb.io/allow-shared-ip',
         'metallb.universe.tf/loadBalancerIPs', 'metallb.universe.tf/address-pool', 'metallb.universe.tf/allow-shared-ip'].exists(k, k in object.metadata.annotations)
+{{- end -}}
+
+{{- /* The Secret (kubernetes.io/tls, with ca.crt) the secure metrics endpoint serves: metrics.tls.secretName,
+else the one the chart's cert-manager Certificate writes, else none (a self-signed certificate). */ -}}
+{{- define "metallb-iad.metricsTLSSecret" -}}
+{{- if .Values.metrics.secure -}}
+{{- if .Values.metrics.tls.secretName -}}
+{{- .Values.metrics.tls.secretName -}}
+{{- else if .Values.metrics.tls.certManager.enabled -}}
+{{- printf "%s-metrics-tls" (include "metallb-iad.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Whether to render a monitoring object of the given apiVersion/Kind: always, unless
+metrics.onlyWhereServed asks to render it only where the cluster serves that kind. */ -}}
+{{- define "metallb-iad.monitoringServed" -}}
+{{- if or (not .root.Values.metrics.onlyWhereServed) (.root.Capabilities.APIVersions.Has .api) -}}true{{- end -}}
 {{- end -}}

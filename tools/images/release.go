@@ -1,0 +1,219 @@
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"sigs.k8s.io/yaml"
+)
+
+// The media types of a Flux OCI artifact (what `flux push artifact` writes and Flux's
+// OCIRepository reads): Cozystack's PackageSources point at such an artifact of the packages
+// tree, and ours at our own.
+const (
+	FluxConfigMediaType  types.MediaType = "application/vnd.cncf.flux.config.v1+json"
+	FluxContentMediaType types.MediaType = "application/vnd.cncf.flux.content.v1.tar+gzip"
+	// PackagesArtifact is the repository name of our packages artifact under the release registry.
+	PackagesArtifact = "reserved-ips-packages"
+)
+
+// PackagesTarball is packages/ as a reproducible gzipped tar (sorted, no owners, fixed times), the
+// content of the packages artifact: paths are relative to packages/, as a PackageSource's
+// component paths (system/address-controller) are.
+func PackagesTarball(root string) ([]byte, error) {
+	dir := filepath.Join(root, "packages")
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	tw := tar.NewWriter(gz)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		rel, _ := filepath.Rel(dir, f)
+		hdr := &tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0).UTC(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// PushPackages pushes packages/ as a Flux OCI artifact to <repo>/reserved-ips-packages:<version>
+// and returns the pushed reference with its digest.
+func PushPackages(root, repo, version, revision string, insecure bool, opts ...remote.Option) (string, error) {
+	data, err := PackagesTarball(root)
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.Append(empty.Image, mutate.Addendum{Layer: static.NewLayer(data, FluxContentMediaType)})
+	if err != nil {
+		return "", err
+	}
+	img = mutate.MediaType(img, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, FluxConfigMediaType)
+	img = mutate.Annotations(img, map[string]string{
+		"org.opencontainers.image.source":   "https://github.com/cozystack/reserved-ips",
+		"org.opencontainers.image.revision": version + "@sha1:" + revision,
+		"org.opencontainers.image.created":  time.Unix(0, 0).UTC().Format(time.RFC3339),
+	}).(v1.Image)
+	var nopts []name.Option
+	if insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	ref, err := name.NewTag(strings.TrimSuffix(repo, "/")+"/"+PackagesArtifact+":"+version, nopts...)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(ref, img, append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)...); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return ref.String() + "@" + d.String(), nil
+}
+
+// ReleaseFiles are what `make release` writes beside the pushed artifacts, for admins who copy
+// them into a network of their own: the image list (one digest reference a line, as skopeo sync
+// and crane read lists), a hauler manifest of the images and the charts, and the chart list.
+type ReleaseFiles struct {
+	// Images are the shipped image references (images.yaml).
+	Images Shipped
+	// Charts are the pushed charts: name → repo/name:version@sha256:... (without oci://).
+	Charts map[string]string
+	// Packages is the pushed packages artifact reference, if any.
+	Packages string
+}
+
+// Write writes images.txt, charts.txt and hauler.yaml into dir.
+func (r ReleaseFiles) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var images, charts []string
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
+		images = append(images, r.Images[n])
+	}
+	for _, n := range slices.Sorted(maps.Keys(r.Charts)) {
+		charts = append(charts, "oci://"+r.Charts[n])
+	}
+	if r.Packages != "" {
+		charts = append(charts, "oci://"+r.Packages)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "images.txt"), []byte(strings.Join(images, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "charts.txt"), []byte(strings.Join(charts, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	hauler, err := r.haulerManifest()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "hauler.yaml"), hauler, 0o644)
+}
+
+// haulerManifest is a hauler (Rancher Government's air-gap tool) content manifest: the images
+// by digest, and the charts by OCI repository and version.
+func (r ReleaseFiles) haulerManifest() ([]byte, error) {
+	type item = map[string]any
+	var imgs, charts []item
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
+		imgs = append(imgs, item{"name": r.Images[n]})
+	}
+	for _, n := range slices.Sorted(maps.Keys(r.Charts)) {
+		ref, _, _ := strings.Cut(r.Charts[n], "@")
+		i := strings.LastIndex(ref, ":")
+		repo, version := ref[:i], ref[i+1:]
+		charts = append(charts, item{"name": n, "repoURL": "oci://" + repo[:strings.LastIndex(repo, "/")], "version": version})
+	}
+	var out []byte
+	for _, doc := range []item{
+		{"apiVersion": "content.hauler.cattle.io/v1", "kind": "Images", "metadata": item{"name": "reserved-ips-images"}, "spec": item{"images": imgs}},
+		{"apiVersion": "content.hauler.cattle.io/v1", "kind": "Charts", "metadata": item{"name": "reserved-ips-charts"}, "spec": item{"charts": charts}},
+	} {
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, "---\n"...), data...)
+	}
+	return out, nil
+}
+
+// OutOfTreeFile is the file an operator applies on a running Cozystack to get both components
+// before Cozystack carries them: the OCIRepository of our packages artifact, the PackageSources
+// (named reserved-ips.*, outside Cozystack's cozystack. prefix) and their Packages.
+const OutOfTreeFile = "deploy/cozystack/reserved-ips.yaml"
+
+// PinOutOfTree points the OCIRepository of the out-of-tree file at a pushed packages artifact
+// (repo:tag@sha256:...): its url, tag and digest lines.
+func PinOutOfTree(root, ref string) error {
+	path := filepath.Join(root, OutOfTreeFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	nameTag, digest, ok := strings.Cut(ref, "@")
+	i := strings.LastIndex(nameTag, ":")
+	if !ok || i < 0 {
+		return fmt.Errorf("%q is no repo:tag@digest reference", ref)
+	}
+	repo, tag := nameTag[:i], nameTag[i+1:]
+	text := string(data)
+	// Before the first release the reference names a tag alone: the digest goes below it.
+	if !regexp.MustCompile(`(?m)^ +digest: `).MatchString(text) {
+		text = regexp.MustCompile(`(?m)^( +)(tag: .*)$`).ReplaceAllString(text, "${1}${2}\n${1}digest: ")
+	}
+	for _, r := range []struct{ key, value string }{{"url", "oci://" + repo}, {"tag", tag}, {"digest", digest}} {
+		re := regexp.MustCompile(`(?m)^( +` + r.key + `: ).*$`)
+		if len(re.FindAllString(text, -1)) != 1 {
+			return fmt.Errorf("%s: want one %q line in the OCIRepository", OutOfTreeFile, r.key)
+		}
+		text = re.ReplaceAllString(text, "${1}"+escapeRepl(r.value))
+	}
+	return writeAtomic(path, []byte(text))
+}
