@@ -205,7 +205,11 @@ bench: ## Benchmarks, reported as ratios to a baseline measured in the same run 
 		./address-controller/internal/controller/
 
 .PHONY: bench-e2e
-bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, plot beside it; BENCH_METALLB=v0.16.1,v0.16.1+patched runs it per MetalLB build and compares them).
+# The MetalLB builds bench-e2e runs, one after the other, and compares: stock and patched, unless
+# METALLB_VERSION (or BENCH_METALLB, comma-separated) names the build(s).
+BENCH_METALLB ?= $(or $(METALLB_VERSION),$(METALLB_STOCK)$(comma)$(METALLB_PATCHED))
+
+bench-e2e: binaries ## Scale benchmark against plain MetalLB, on stock MetalLB then on the patched build, and their comparison (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, each run's report beside it; BENCH_METALLB or METALLB_VERSION picks the builds).
 	@mkdir -p $(LOCALBIN)
 	@$(if $(BENCH_METALLB),$(BINARIES) build $(foreach v,$(subst $(comma), ,$(BENCH_METALLB)),metallb@$(v)))
 	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) \
@@ -213,7 +217,7 @@ bench-e2e: binaries ## Scale benchmark against plain MetalLB (N, default 1000; B
 
 .PHONY: bench-metallb-patches
 bench-metallb-patches: ## bench-e2e on stock MetalLB, then on MetalLB with the patches, at one commit, and the comparison (docs/metallb-patches.md).
-	$(MAKE) bench-e2e BENCH_METALLB=$(METALLB_STOCK),$(METALLB_PATCHED) BENCH_OUT=$(or $(BENCH_OUT),$(LOCALBIN)/bench-metallb-patches.json)
+	$(MAKE) bench-e2e METALLB_VERSION= BENCH_METALLB=$(METALLB_STOCK),$(METALLB_PATCHED) BENCH_OUT=$(or $(BENCH_OUT),$(LOCALBIN)/bench-metallb-patches.json)
 
 .PHONY: test-bench-e2e
 test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout, a wrong address or a missing apiserver profile).

@@ -82,7 +82,7 @@ func TestDriverReleasesAStaleAllocationForAHold(t *testing.T) {
 				s.allowMetalLB(ctx, t)
 				waitHeld(ctx, t, c, s.addr, s.ip)
 				noRefusalNaming(ctx, t, c, driverNamespace, driverNamespace+"/"+first.Name)
-				noReleaseServices(t, attached, first.Name)
+				noReleaseServices(t, attached, second.Name)
 				neverKept(ctx, t, c, s.addr)
 				s.checkSettled(ctx, t)
 				return ctx
@@ -125,7 +125,7 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 				s.allowMetalLB(ctx, t)
 				waitIngress(ctx, t, c, s.ns, "kept", []string{s.ip})
 				s.notRefusedInLog(t, st.Size(), "kept", hold)
-				noReleaseServices(t, attached, hold.Name)
+				noReleaseServices(t, attached)
 				neverKept(ctx, t, c, s.addr)
 				s.checkSettled(ctx, t)
 				return ctx

@@ -277,8 +277,13 @@ func TestMetalLBKeepsADeletedServicesAddressAfterARestart(t *testing.T) {
 			allowMetalLBStatusWrites(ctx, t, c)
 			if patchedMetalLB() {
 				// The patched MetalLB handled the deletion in its restart window: the next pass
-				// serves the Service asking for the address, with no release and no touch.
-				waitIngress(ctx, t, c, ns, wants.Name, []string{ip})
+				// (its back-off may have grown to a minute or two) serves the Service asking for
+				// the address, with no release and no touch.
+				eventually(ctx, t, 4*time.Minute, "the Service asking for the address to be served", func(ctx context.Context) (bool, error) {
+					var s corev1.Service
+					err := c.Get(ctx, client.ObjectKeyFromObject(wants), &s)
+					return slices.Equal(ingressOf(&s), []string{ip}), err
+				})
 				noRefusalNaming(ctx, t, c, ns, ns+"/gone")
 				return ctx
 			}
@@ -323,9 +328,16 @@ func TestMetalLBRewritesServedServicesOnEveryPass(t *testing.T) {
 				t.Fatalf("the apiserver did not fill in the ingress's ipMode: %+v", in)
 			}
 			since := time.Now()
+			// The trigger's deletion sets off a pass over every Service; the wait takes only a
+			// pass that started after the settled Service was served.
+			trigger := metallbService(ctx, t, c, ns, "pass-trigger", map[string]string{poolAnnotation: "metallb-rewrites"})
+			waitServed(ctx, t, c, trigger)
 			logPath, offset := metallbLog(t)
-			fullPass(ctx, t, c, ns, "metallb-rewrites")
-			waitMetalLBPassEnded(ctx, t, logPath, offset)
+			if err := c.Delete(ctx, trigger); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(ctx, t, c, trigger)
+			waitMetalLBPass(ctx, t, logPath, offset)
 			user := controlplane.MetalLBUser(local.MetalLBNamespace)
 			writes := func() ([]controlplane.AuditEvent, error) {
 				return controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {

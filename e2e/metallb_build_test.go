@@ -49,21 +49,25 @@ func metallbLog(t *testing.T) (string, int64) {
 	return "", 0
 }
 
-// waitMetalLBPassEnded waits until MetalLB's log, from offset on, shows the end of a pass over
-// every Service.
-func waitMetalLBPassEnded(ctx context.Context, t *testing.T, logPath string, offset int64) {
+// waitMetalLBPass waits until MetalLB's log, from offset on, shows a pass over every Service
+// that started there and ended: a pass that began before the offset does not count.
+func waitMetalLBPass(ctx context.Context, t *testing.T, logPath string, offset int64) {
 	t.Helper()
-	eventually(ctx, t, 60*time.Second, "MetalLB to end a pass over every Service", func(context.Context) (bool, error) {
+	eventually(ctx, t, 60*time.Second, "MetalLB to start and end a pass over every Service", func(context.Context) (bool, error) {
 		data, err := os.ReadFile(logPath)
 		if err != nil || int64(len(data)) < offset {
 			return false, err
 		}
+		started := false
 		for _, line := range strings.Split(string(data[offset:]), "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) != nil {
+			if json.Unmarshal([]byte(line), &m) != nil || m["controller"] != "ServiceReconciler - reprocessAll" {
 				continue
 			}
-			if m["controller"] == "ServiceReconciler - reprocessAll" && m["end reconcile"] != nil {
+			if m["start reconcile"] != nil {
+				started = true
+			}
+			if started && m["end reconcile"] != nil {
 				return true, nil
 			}
 		}
@@ -71,38 +75,44 @@ func waitMetalLBPassEnded(ctx context.Context, t *testing.T, logPath string, off
 	})
 }
 
-// noReleaseServices fails the test when the driver created, since, a Service in its namespace
-// under one of the names (a release Service takes the name of the Service MetalLB keeps an IP
-// for), read from the apiserver's audit log.
-func noReleaseServices(t *testing.T, since time.Time, names ...string) {
+// noReleaseServices fails the test when the driver created, since, any Service in its namespace
+// but the ones named (the scene's own new hold): a release Service takes the name of a Service
+// MetalLB keeps an IP for, known from MetalLB's refusal or guessed (the hold's and the
+// placeholders' names), so any other create is one. Read from the apiserver's audit log.
+func noReleaseServices(t *testing.T, since time.Time, except ...string) {
 	t.Helper()
 	local := localCluster(t, "it reads the apiserver's audit log")
 	driver := "system:serviceaccount:" + driverNamespace + ":metallb-iad"
 	evs, err := controlplane.AuditWrites(local.AuditLog, func(e controlplane.AuditEvent) bool {
 		return e.User.Username == driver && e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "services" &&
-			e.ObjectRef.Namespace == driverNamespace && slices.Contains(names, e.ObjectRef.Name) && !e.Stamp.Before(since)
+			e.ObjectRef.Namespace == driverNamespace && !slices.Contains(except, e.ObjectRef.Name) && !e.Stamp.Before(since)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range evs {
-		t.Errorf("the driver created a release Service %s/%s at %s: the patched MetalLB kept nothing to release",
+		t.Errorf("the driver created Service %s/%s at %s, a release: the patched MetalLB kept nothing to release",
 			e.ObjectRef.Namespace, e.ObjectRef.Name, e.Stamp.Format(time.RFC3339))
 	}
 }
 
-// neverKept fails the test when the address says, or said, KeptByMetalLB.
+// neverKept fails the test when the address says, or said, that MetalLB keeps its IP for a
+// deleted Service: KeptByMetalLB (a name the driver cannot release) or StaleAllocation (one it
+// releases), as its Held condition or in its events.
 func neverKept(ctx context.Context, t *testing.T, c client.Client, address string) {
 	t.Helper()
 	var a ipamv1.IPAddress
 	if err := c.Get(ctx, client.ObjectKey{Name: address}, &a); err != nil {
 		t.Fatal(err)
 	}
-	if cond := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld); cond != nil && cond.Reason == "KeptByMetalLB" {
-		t.Errorf("address %s says KeptByMetalLB on the patched MetalLB: %s", address, cond.Message)
+	kept := []string{"KeptByMetalLB", "StaleAllocation"}
+	if cond := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld); cond != nil && slices.Contains(kept, cond.Reason) {
+		t.Errorf("address %s says %s on the patched MetalLB: %s", address, cond.Reason, cond.Message)
 	}
-	if n := addressEventCount(ctx, t, c, address, "KeptByMetalLB"); n > 0 {
-		t.Errorf("address %s was said KeptByMetalLB %d times on the patched MetalLB", address, n)
+	for _, reason := range append(kept, "StaleAllocationReleased") {
+		if n := addressEventCount(ctx, t, c, address, reason); n > 0 {
+			t.Errorf("address %s had %d %s events on the patched MetalLB", address, n, reason)
+		}
 	}
 }
 

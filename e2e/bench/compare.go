@@ -3,12 +3,15 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/cozystack/reserved-ips/tools/binaries"
 )
 
 // Comparison is the benchmark run once per MetalLB build, one build after the other, on one
@@ -53,18 +56,34 @@ type BuildFigures struct {
 	AttachSettleSeconds float64 `json:"attachSettleSeconds"`
 	// Check says the run's final correctness check passed.
 	Check bool `json:"check"`
+	// PlainDone, ClaimsDone and AttachDone say the phase finished (its figures are zero
+	// otherwise, and shown as missing).
+	PlainDone  bool `json:"plainDone"`
+	ClaimsDone bool `json:"claimsDone"`
+	AttachDone bool `json:"attachDone"`
+	// LoadAvg is the mean of the one-minute load averages at the ends of the run's steps:
+	// other work on the machine while it ran.
+	LoadAvg float64 `json:"loadAvg"`
 }
 
 // figures reads a run's report.
 func figures(rep *Report) BuildFigures {
 	f := BuildFigures{MetalLB: rep.Versions["metallb"], Check: rep.Check.OK}
 	done := func(s *Step) bool { return s != nil && !s.TimedOut && s.Done == s.N && s.Seconds > 0 }
+	var loads float64
+	for _, s := range rep.Steps {
+		loads += s.LoadAvg
+	}
+	if len(rep.Steps) > 0 {
+		f.LoadAvg = loads / float64(len(rep.Steps))
+	}
 	for _, s := range rep.Steps {
 		if !done(s) {
 			continue
 		}
 		switch s.Name {
 		case PhasePlain:
+			f.PlainDone = true
 			f.PlainSeconds, f.PlainSettleSeconds = s.Seconds, s.SettleSeconds
 			total := 0
 			for _, n := range s.MetalLBStatus.ByTarget {
@@ -74,8 +93,10 @@ func figures(rep *Report) BuildFigures {
 			f.StatusConflicts = s.MetalLBStatus.Conflicts
 			f.MetalLBWritesPerService = float64(s.MetalLBWrites) / float64(s.N)
 		case PhaseClaims:
+			f.ClaimsDone = true
 			f.ClaimsSeconds, f.ProjectWritesPerAddress = s.Seconds, s.ProjectWritesPerObject
 		case PhaseAttach:
+			f.AttachDone = true
 			f.AttachSeconds, f.ProjectWritesPerAttach, f.AttachSettleSeconds = s.Seconds, s.ProjectWritesPerObject, s.SettleSeconds
 		}
 	}
@@ -92,15 +113,32 @@ func figures(rep *Report) BuildFigures {
 
 // RunEach runs the benchmark once per MetalLB build, in the order given, each on control planes
 // of its own (with Dir, in a subdirectory named after the build), and compares them. onReport
-// gets each run's report as it ends (to print or save it before the next run starts). It
-// returns the comparison as far as it got, with the first error.
+// gets each run's report as it ends (to print or save it before the next run starts). Every
+// build must be built, and named once, before anything starts. A run that fails (a step timed
+// out, the final check found problems) does not stop the next one; the errors are returned
+// together, with the comparison of what ran.
 func RunEach(ctx context.Context, cfg Config, metallb []string, onReport func(*Report)) (*Comparison, error) {
 	if len(metallb) < 2 {
 		return nil, fmt.Errorf("a comparison needs two MetalLB builds or more, got %d", len(metallb))
 	}
+	seen := map[string]bool{}
+	for _, v := range metallb {
+		if seen[v] {
+			return nil, fmt.Errorf("MetalLB %s is named twice: each build runs once", v)
+		}
+		seen[v] = true
+		if !binaries.MetalLBAt(v).Built() {
+			return nil, fmt.Errorf("MetalLB %s is not built: run `go run ./tools/cmd/binaries build metallb@%s` first", v, v)
+		}
+	}
 	cmp := &Comparison{Date: time.Now().UTC(), Commit: commit(), Machine: machine()}
 	cmp.Machine.LoadAvgStart = loadAvg()
+	var errs []error
 	for _, v := range metallb {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
 		run := cfg
 		run.MetalLBVersion = v
 		if cfg.Dir != "" {
@@ -116,10 +154,10 @@ func RunEach(ctx context.Context, cfg Config, metallb []string, onReport func(*R
 			}
 		}
 		if err != nil {
-			return cmp, fmt.Errorf("MetalLB %s: %w", v, err)
+			errs = append(errs, fmt.Errorf("MetalLB %s: %w", v, err))
 		}
 	}
-	return cmp, nil
+	return cmp, errors.Join(errs...)
 }
 
 // WriteJSON writes the comparison, every run's report included, to path.
@@ -156,18 +194,39 @@ func (c *Comparison) WriteText(w io.Writer) {
 	}
 	p("%s", header)
 	p("%s", sep)
-	row := func(name string, get func(BuildFigures) float64, format string, change func(a, b float64) string) {
+	diff := func(a, b float64) string { return fmt.Sprintf("%+.2f", b-a) }
+	count := func(a, b float64) string { return fmt.Sprintf("%+.0f", b-a) }
+	// percent and times compare two non-zero figures; from or to zero they give the difference.
+	percent := func(a, b float64) string {
+		if a == 0 || b == 0 {
+			return diff(a, b)
+		}
+		return fmt.Sprintf("%+.0f %%", (b-a)/a*100)
+	}
+	times := func(a, b float64) string {
+		if a == 0 || b == 0 {
+			return diff(a, b)
+		}
+		if b <= a {
+			return fmt.Sprintf("%.2f× faster", a/b)
+		}
+		return fmt.Sprintf("%.2f× slower", b/a)
+	}
+	// A figure of a phase that did not finish (or a ratio without its baseline) shows as "-";
+	// a real zero shows as one.
+	row := func(name string, get func(BuildFigures) (float64, bool), format string, change func(a, b float64) string) {
 		line := "| " + name + " |"
 		for _, b := range c.Builds {
-			if v := get(b); v != 0 {
+			if v, ok := get(b); ok {
 				line += " " + fmt.Sprintf(format, v) + " |"
 			} else {
 				line += " - |"
 			}
 		}
 		if two {
-			a, b := get(c.Builds[0]), get(c.Builds[1])
-			if a != 0 && b != 0 {
+			a, aok := get(c.Builds[0])
+			b, bok := get(c.Builds[1])
+			if aok && bok {
 				line += " " + change(a, b) + " |"
 			} else {
 				line += " - |"
@@ -175,28 +234,31 @@ func (c *Comparison) WriteText(w io.Writer) {
 		}
 		p("%s", line)
 	}
-	percent := func(a, b float64) string { return fmt.Sprintf("%+.0f %%", (b-a)/a*100) }
-	times := func(a, b float64) string {
-		if b <= a {
-			return fmt.Sprintf("%.2f× faster", a/b)
-		}
-		return fmt.Sprintf("%.2f× slower", b/a)
+	when := func(done func(BuildFigures) bool, f func(BuildFigures) float64) func(BuildFigures) (float64, bool) {
+		return func(b BuildFigures) (float64, bool) { return f(b), done(b) }
 	}
-	diff := func(a, b float64) string { return fmt.Sprintf("%+.2f", b-a) }
-	row("plain: time", func(b BuildFigures) float64 { return b.PlainSeconds }, "%.1f s", times)
-	row("plain: MetalLB status writes / Service", func(b BuildFigures) float64 { return b.StatusWritesPerService }, "%.2f", diff)
-	row("plain: MetalLB writes / Service", func(b BuildFigures) float64 { return b.MetalLBWritesPerService }, "%.2f", diff)
-	row("plain: status writes answered 409", func(b BuildFigures) float64 { return float64(b.StatusConflicts) }, "%.0f", diff)
-	row("plain: settled after", func(b BuildFigures) float64 { return b.PlainSettleSeconds }, "%.1f s", percent)
-	row("claims: time", func(b BuildFigures) float64 { return b.ClaimsSeconds }, "%.1f s", times)
-	row("claims: plain at the same population", func(b BuildFigures) float64 { return b.ClaimsBaselineSeconds }, "%.1f s", times)
-	row("claims: rate ratio (≥ 0.8)", func(b BuildFigures) float64 { return b.ClaimsRatio }, "%.2f×", diff)
-	row("claims: project writes / address", func(b BuildFigures) float64 { return b.ProjectWritesPerAddress }, "%.2f", diff)
-	row("attach: time", func(b BuildFigures) float64 { return b.AttachSeconds }, "%.1f s", times)
-	row("attach: plain at the same population", func(b BuildFigures) float64 { return b.AttachBaselineSeconds }, "%.1f s", times)
-	row("attach: time ratio (≤ 1.25)", func(b BuildFigures) float64 { return b.AttachRatio }, "%.2f×", diff)
-	row("attach: project writes / Service", func(b BuildFigures) float64 { return b.ProjectWritesPerAttach }, "%.2f", diff)
-	row("attach: settled after", func(b BuildFigures) float64 { return b.AttachSettleSeconds }, "%.1f s", percent)
+	plain := func(b BuildFigures) bool { return b.PlainDone }
+	claims := func(b BuildFigures) bool { return b.ClaimsDone }
+	attach := func(b BuildFigures) bool { return b.AttachDone }
+	ratio := func(f func(BuildFigures) float64) func(BuildFigures) (float64, bool) {
+		return func(b BuildFigures) (float64, bool) { return f(b), f(b) != 0 }
+	}
+	always := func(BuildFigures) bool { return true }
+	row("plain: time", when(plain, func(b BuildFigures) float64 { return b.PlainSeconds }), "%.1f s", times)
+	row("plain: MetalLB status writes / Service", when(plain, func(b BuildFigures) float64 { return b.StatusWritesPerService }), "%.2f", diff)
+	row("plain: MetalLB writes / Service", when(plain, func(b BuildFigures) float64 { return b.MetalLBWritesPerService }), "%.2f", diff)
+	row("plain: status writes answered 409", when(plain, func(b BuildFigures) float64 { return float64(b.StatusConflicts) }), "%.0f", count)
+	row("plain: settled after", when(plain, func(b BuildFigures) float64 { return b.PlainSettleSeconds }), "%.1f s", percent)
+	row("claims: time", when(claims, func(b BuildFigures) float64 { return b.ClaimsSeconds }), "%.1f s", times)
+	row("claims: plain at the same population", ratio(func(b BuildFigures) float64 { return b.ClaimsBaselineSeconds }), "%.1f s", times)
+	row("claims: rate ratio (≥ 0.8)", ratio(func(b BuildFigures) float64 { return b.ClaimsRatio }), "%.2f×", diff)
+	row("claims: project writes / address", when(claims, func(b BuildFigures) float64 { return b.ProjectWritesPerAddress }), "%.2f", diff)
+	row("attach: time", when(attach, func(b BuildFigures) float64 { return b.AttachSeconds }), "%.1f s", times)
+	row("attach: plain at the same population", ratio(func(b BuildFigures) float64 { return b.AttachBaselineSeconds }), "%.1f s", times)
+	row("attach: time ratio (≤ 1.25)", ratio(func(b BuildFigures) float64 { return b.AttachRatio }), "%.2f×", diff)
+	row("attach: project writes / Service", when(attach, func(b BuildFigures) float64 { return b.ProjectWritesPerAttach }), "%.2f", diff)
+	row("attach: settled after", when(attach, func(b BuildFigures) float64 { return b.AttachSettleSeconds }), "%.1f s", percent)
+	row("load average at the steps' ends (mean)", when(always, func(b BuildFigures) float64 { return b.LoadAvg }), "%.2f", diff)
 	line := "| final check |"
 	for _, b := range c.Builds {
 		if b.Check {

@@ -13,7 +13,7 @@ import (
 func TestFiguresReadAReport(t *testing.T) {
 	rep := &Report{Versions: versions("v0.16.1+patched"), Check: CheckResult{OK: true}}
 	rep.Steps = []*Step{
-		{Name: PhasePlain, Kind: PhasePlain, N: 4, Done: 4, Seconds: 10, SettleSeconds: 2, MetalLBWrites: 9,
+		{Name: PhasePlain, Kind: PhasePlain, N: 4, Done: 4, Seconds: 10, SettleSeconds: 2, MetalLBWrites: 9, LoadAvg: 5,
 			MetalLBStatus: StatusWrites{ByTarget: map[string]int{"plain": 6, "other": 2}, Conflicts: 1}},
 		{Name: "baseline-claims", Kind: PhasePlain, N: 4, Done: 4, Seconds: 12},
 		{Name: PhaseClaims, Kind: PhaseClaims, N: 4, Done: 4, Seconds: 24, ProjectWritesPerObject: 7},
@@ -24,7 +24,7 @@ func TestFiguresReadAReport(t *testing.T) {
 	f := figures(rep)
 	want := BuildFigures{MetalLB: "v0.16.1+patched", PlainSeconds: 10, PlainSettleSeconds: 2, StatusWritesPerService: 2,
 		StatusConflicts: 1, MetalLBWritesPerService: 2.25, ClaimsSeconds: 24, ClaimsBaselineSeconds: 12, ClaimsRatio: 0.5,
-		ProjectWritesPerAddress: 7, Check: true}
+		ProjectWritesPerAddress: 7, Check: true, PlainDone: true, ClaimsDone: true, LoadAvg: 1}
 	if f != want {
 		t.Errorf("figures:\n got %+v\nwant %+v", f, want)
 	}
@@ -32,8 +32,10 @@ func TestFiguresReadAReport(t *testing.T) {
 
 func TestComparisonText(t *testing.T) {
 	c := &Comparison{Commit: "abc", Builds: []BuildFigures{
-		{MetalLB: "v0.16.1", PlainSeconds: 20, StatusWritesPerService: 2, ClaimsRatio: 0.4, AttachRatio: 2, Check: true},
-		{MetalLB: "v0.16.1+patched", PlainSeconds: 10, StatusWritesPerService: 1, ClaimsRatio: 0.5, Check: true},
+		{MetalLB: "v0.16.1", PlainSeconds: 20, StatusWritesPerService: 2, StatusConflicts: 12, ClaimsRatio: 0.4, AttachRatio: 2, Check: true,
+			PlainDone: true, ClaimsDone: true, AttachDone: true, ProjectWritesPerAttach: 3},
+		{MetalLB: "v0.16.1+patched", PlainSeconds: 10, StatusWritesPerService: 1, ClaimsRatio: 0.5, Check: false,
+			PlainDone: true, ClaimsDone: true},
 	}}
 	var buf bytes.Buffer
 	c.WriteText(&buf)
@@ -43,7 +45,9 @@ func TestComparisonText(t *testing.T) {
 		"| plain: MetalLB status writes / Service | 2.00 | 1.00 | -1.00 |",
 		"| claims: rate ratio (≥ 0.8) | 0.40× | 0.50× | +0.10 |",
 		"| attach: time ratio (≤ 1.25) | 2.00× | - | - |",
-		"| final check | passed | passed | |",
+		"| plain: status writes answered 409 | 12 | 0 | -12 |", // a real zero, not a missing figure
+		"| attach: project writes / Service | 3.00 | - | - |",  // the attach phase did not finish
+		"| final check | passed | FAILED | |",
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, buf.String())
@@ -51,8 +55,20 @@ func TestComparisonText(t *testing.T) {
 	}
 }
 
-func TestRunEachNeedsTwoBuilds(t *testing.T) {
-	if _, err := RunEach(context.Background(), Config{N: 1}, []string{"v0.16.1"}, nil); err == nil || !strings.Contains(err.Error(), "two MetalLB builds") {
-		t.Fatalf("one build: %v, want an error asking for two", err)
+// A comparison is refused before anything runs when it names one build, a build twice, or a
+// build that is not built.
+func TestRunEachChecksTheBuildsFirst(t *testing.T) {
+	for _, tt := range []struct {
+		builds []string
+		want   string
+	}{
+		{[]string{"v0.16.1"}, "two MetalLB builds"},
+		{[]string{"v0.16.1", "v0.16.1"}, "named twice"},
+		{[]string{"v0.16.1", "v9.9.9"}, "v9.9.9 is not built"},
+	} {
+		cmp, err := RunEach(context.Background(), Config{N: 1}, tt.builds, nil)
+		if cmp != nil || err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, %v; want no comparison and an error saying %q", tt.builds, cmp, err, tt.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -91,7 +92,7 @@ func compare(ctx context.Context, cfg bench.Config, builds []string, out, plotFi
 	each := func(rep *bench.Report) {
 		if len(rep.Steps) > 0 {
 			suffix := "-metallb-" + strings.ReplaceAll(rep.Versions["metallb"], "+", "-")
-			write(rep, withSuffix(out, ".json", suffix), withSuffix(plotFile, ".png", suffix))
+			write(rep, withSuffix(out, suffix), withSuffix(plotFile, suffix))
 		}
 	}
 	cmp, err := bench.RunEach(ctx, cfg, builds, each)
@@ -106,10 +107,12 @@ func compare(ctx context.Context, cfg bench.Config, builds []string, out, plotFi
 	return err
 }
 
-func withSuffix(path, ext, suffix string) string {
+// withSuffix puts suffix before the file's extension: bench.json -> bench-metallb-v0.16.1.json.
+func withSuffix(path, suffix string) string {
 	if path == "" {
 		return ""
 	}
+	ext := filepath.Ext(path)
 	return strings.TrimSuffix(path, ext) + suffix + ext
 }
 
