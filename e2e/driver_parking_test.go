@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/e2e/provider"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 )

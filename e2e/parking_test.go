@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 )
 
 // The parking policy against the real MetalLB controller: with an autoAssign: true pool in

@@ -42,7 +42,7 @@ func scrape(url, token string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-// The secure metrics endpoint (--metrics-secure, address-controller/pkg/manager: controller-
+// The secure metrics endpoint (--metrics-secure, address-controller/pkg/sdk/manager: controller-
 // runtime's authentication and authorization filter), with the chart's metrics RBAC on a real
 // apiserver: the controller runs as the chart's ServiceAccount (allowed to create TokenReviews
 // and SubjectAccessReviews by the chart's metrics-auth ClusterRole), and a scraper is let in

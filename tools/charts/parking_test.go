@@ -14,7 +14,7 @@ import (
 
 var parkingPolicies = []string{"metallb-iad-park-claimed", "metallb-iad-park-auto-claimed"}
 
-// The core's names (address-controller/pkg/autoclaim, address-controller/api/v1alpha1): this
+// The core's names (address-controller/pkg/sdk/autoclaim, address-controller/api/v1alpha1): this
 // module does not depend on the core's, so TestParkingValueIsTheCores reads them from its source.
 const (
 	parkingPool       = "metallb-iad/parked"
@@ -60,7 +60,7 @@ func stringConst(t *testing.T, path, name string) string {
 // The parked value the chart hard-codes (and these tests check it with) is the core's
 // autoclaim.ParkingPool under autoclaim.ParkingAnnotation.
 func TestParkingValueIsTheCores(t *testing.T) {
-	path := filepath.Join(root, "address-controller", "pkg", "autoclaim", "autoclaim.go")
+	path := filepath.Join(root, "address-controller", "pkg", "sdk", "autoclaim", "autoclaim.go")
 	if got := stringConst(t, path, "ParkingPool"); got != parkingPool {
 		t.Errorf("autoclaim.ParkingPool is %q, the chart's tests expect %q", got, parkingPool)
 	}

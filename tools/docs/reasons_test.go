@@ -19,7 +19,7 @@ import (
 var controllerModules = []string{"address-controller", "metallb-iad"}
 
 // Code that is not shipped: the in-memory driver the core's integration tests run against.
-var notShipped = []string{filepath.Join("address-controller", "pkg", "testdriver")}
+var notShipped = []string{filepath.Join("address-controller", "pkg", "testsupport", "testdriver")}
 
 const troubleshootingPage = "docs/troubleshooting.md"
 

@@ -6,7 +6,7 @@ import (
 )
 
 // The parking value of MetalLB's pool annotation, as the core spells it (ParkingPool
-// and ParkingAnnotation in address-controller/pkg/autoclaim; this module does not
+// and ParkingAnnotation in address-controller/pkg/sdk/autoclaim; this module does not
 // depend on the core's, and TestParkingConstantsAreTheCores compares them).
 const (
 	ParkingPool       = "metallb-iad/parked"

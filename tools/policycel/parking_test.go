@@ -267,7 +267,7 @@ func goConsts(t *testing.T, path string) map[string]string {
 // from its source (this module does not import the core's).
 func TestParkingConstantsAreTheCores(t *testing.T) {
 	core := filepath.Join("..", "..", "address-controller")
-	ac := goConsts(t, filepath.Join(core, "pkg", "autoclaim", "autoclaim.go"))
+	ac := goConsts(t, filepath.Join(core, "pkg", "sdk", "autoclaim", "autoclaim.go"))
 	wk := goConsts(t, filepath.Join(core, "api", "v1alpha1", "wellknown.go"))
 	for _, c := range []struct{ name, core, ours string }{
 		{"autoclaim.ParkingPool", ac["ParkingPool"], ParkingPool},

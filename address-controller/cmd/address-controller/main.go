@@ -16,7 +16,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/internal/controller"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 )
 
 // version is set at build time (-ldflags -X main.version=...).

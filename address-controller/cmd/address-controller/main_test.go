@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 )
 
 // The binary's manager caches no Service a driver marks as its own, and still trims the others.

@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 )
 
 // autoClaimSkip says why auto-claim must not create a claim for a Service ("" when it may),

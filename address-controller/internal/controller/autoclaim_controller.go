@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/manager"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 )
 
 // indexServiceWaiting keys a LoadBalancer Service that auto-claim could serve (no rule of what

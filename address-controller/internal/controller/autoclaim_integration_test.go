@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 )
 
 // With auto-claim on, a large number of Services that a skip rule excludes costs the core no

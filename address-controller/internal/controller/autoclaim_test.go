@@ -11,7 +11,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
-// autoClaimSkip is the author's asking (autoclaim.SkipAsked, whose table is in pkg/autoclaim)
+// autoClaimSkip is the author's asking (autoclaim.SkipAsked, whose table is in pkg/sdk/autoclaim)
 // or an address from before auto-claim was enabled (autoclaim.HadAddressBefore, likewise); this
 // checks only how the two combine.
 func TestAutoClaimSkipCombinesAskedAndEarlierAddress(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 )
 
 // One pass over a claim, decided before anything is written (docs/design.md#decide-then-write):

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
 
 // This file holds the decisions, as pure functions of the objects involved; the reconcilers

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/cachewalk"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/cachewalk"
 )
 
 // Metrics are the core's own Prometheus metrics, beside controller-runtime's.

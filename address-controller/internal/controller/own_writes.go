@@ -6,7 +6,7 @@ import (
 	"time"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
 
 // ownWrites remembers the resourceVersion of this controller's last write of each claim and

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 )
 
 // CacheByObject is what the core's cache keeps of each kind it treats specially: Services trimmed

@@ -30,9 +30,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/testdriver"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/testdriver"
 )
 
 // The integration tests run the core and the test driver, each in a manager of its own with its

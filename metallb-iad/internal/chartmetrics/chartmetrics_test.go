@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"

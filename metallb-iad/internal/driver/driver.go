@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
-	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/manager"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
@@ -138,7 +138,7 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-// controllerOptions are the project's (pkg/manager): the failure backoff is capped at a minute like
+// controllerOptions are the project's (pkg/sdk/manager): the failure backoff is capped at a minute like
 // every scheduled re-check (docs/design.md#nothing-waits-on-an-event-alone), instead of client-go's
 // default of about 17 minutes.
 func (d *Driver) controllerOptions() controller.Options {

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 

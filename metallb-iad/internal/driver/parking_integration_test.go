@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )

@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )

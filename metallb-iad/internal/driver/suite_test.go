@@ -34,10 +34,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
 
 // AutoClaimOf reports whether a claim of the Service's name is the Service's auto-claim: it

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
 
 // A Service this driver pinned to its claim's address that MetalLB does not serve.

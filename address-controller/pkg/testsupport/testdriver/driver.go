@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/driverkit"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 )
 
 // Driver provisions addresses from fixed prefixes.

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
 )
 
 // On a real apiserver and controller-runtime's cache: a ClusterWide index answers a list across

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
 )
 
 // readerOnly hides the cache's informers: Each then takes its List path.

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/envtestutil"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
 )
 
 // counter counts the review requests that reach the apiserver, by resource.

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cozystack/reserved-ips/address-controller/internal/controller"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/promcheck"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
 )
 
 // Every alert expression and dashboard query of the address-controller chart names only metrics

@@ -21,8 +21,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/cozystack/reserved-ips/address-controller/pkg/metricsauth"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/servicecache"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/metricsauth"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 )
 
 // Options are the settings every controller binary of the project takes from its flags.
