@@ -6,7 +6,6 @@ package main
 import (
 	"cmp"
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
@@ -42,17 +41,7 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	quietWait := flag.Duration("pending-reason-after", 2*time.Minute,
 		"how long a claim that waits only for its driver reads plain Pending before its status says what it waits for, counted from its creation or from the last bind of its class, whichever is later, and at most 8 times this after creation (0: at once)")
-	flag.Parse()
-	if opts.PrintVersion {
-		fmt.Println(version)
-		return
-	}
-	opts.SetLogger()
-	log := ctrl.Log.WithName("setup")
-	if err := opts.Validate(); err != nil {
-		log.Error(err, "invalid flags")
-		os.Exit(2)
-	}
+	log := opts.Init(version)
 	mgr, err := opts.New(spec())
 	if err != nil {
 		log.Error(err, "setting up")

@@ -3,7 +3,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
@@ -34,17 +33,7 @@ func main() {
 		notServed = flag.Duration("not-served-after", plan.DefaultNotServedAfter, "how long a Service the driver pinned to its claim's address may wait for MetalLB before the driver reports it (Held=False NotServed on the address, a Warning on the Service); 0 turns the report off")
 		relAfter  = flag.Duration("release-after", plan.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
 	)
-	flag.Parse()
-	if opts.PrintVersion {
-		fmt.Println(version)
-		return
-	}
-	opts.SetLogger()
-	log := ctrl.Log.WithName("setup")
-	if err := opts.Validate(); err != nil {
-		log.Error(err, "invalid flags")
-		os.Exit(2)
-	}
+	log := opts.Init(version)
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme, metallb.AddToScheme} {
 		if err := add(scheme); err != nil {

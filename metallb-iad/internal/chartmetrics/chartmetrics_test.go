@@ -38,22 +38,12 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 	}
 	known.Values("metallb_iad_placeholders", "role", plan.RoleProvisioning, plan.RoleHold)
 	known.Values("metallb_iad_pool_addresses", "state", collectedStates(t)...)
-	std, err := promcheck.ControllerRuntime(context.Background())
+	problems, err := promcheck.CheckChart(context.Background(), filepath.Join("..", "..", "..", "charts", "metallb-iad"), "cozy-metallb-iad", known, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	known.Merge(std)
-	exprs, err := promcheck.ChartExpressions(filepath.Join("..", "..", "..", "charts", "metallb-iad"), "cozy-metallb-iad")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(exprs) < 8 {
-		t.Fatalf("only %d expressions read from the chart", len(exprs))
-	}
-	for _, e := range exprs {
-		for _, err := range promcheck.Check(e.Expr, known) {
-			t.Errorf("%s: %v", e.Where, err)
-		}
+	for _, p := range problems {
+		t.Error(p)
 	}
 }
 

@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -109,6 +111,25 @@ func (o *Options) Validate() error {
 // SetLogger installs the logger the flags describe as controller-runtime's.
 func (o *Options) SetLogger() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.Zap)))
+}
+
+// Init finishes a binary's command line: it parses the flags bound on the default FlagSet (with
+// BindFlags and the binary's own), prints the version and exits when --version asks for it,
+// installs the logger and exits with status 2 when a flag value cannot work. It returns the
+// logger the binary's set-up reports through.
+func (o *Options) Init(version string) logr.Logger {
+	flag.Parse()
+	if o.PrintVersion {
+		fmt.Println(version)
+		os.Exit(0)
+	}
+	o.SetLogger()
+	log := ctrl.Log.WithName("setup")
+	if err := o.Validate(); err != nil {
+		log.Error(err, "invalid flags")
+		os.Exit(2)
+	}
+	return log
 }
 
 // Spec is what differs between the binaries.

@@ -3,7 +3,11 @@ package manager
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +145,47 @@ func TestClientThrottlingIsExported(t *testing.T) {
 		}
 	}
 	t.Error("rest_client_rate_limiter_duration_seconds is not exported")
+}
+
+// Init, as a binary runs it: --version prints the version and exits 0 before anything is set up;
+// a flag value that cannot work exits 2 naming the flag; good flags return and the binary goes on.
+func TestInitAsABinaryRunsIt(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"--version"}, 0, "v9.9.9\n"},
+		{[]string{"--workers=0"}, 2, "--workers must be at least 1"},
+		{[]string{"--workers=2"}, 0, "went on with 2 workers"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInitChild$")
+		cmd.Env = append(os.Environ(), "MANAGER_INIT_CHILD="+strings.Join(c.args, " "))
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code || !strings.Contains(string(out), c.out) {
+			t.Errorf("%v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.out)
+		}
+	}
+}
+
+// TestInitChild is the binary TestInitAsABinaryRunsIt runs (it does nothing on its own).
+func TestInitChild(t *testing.T) {
+	args, ok := os.LookupEnv("MANAGER_INIT_CHILD")
+	if !ok {
+		return
+	}
+	// The binary's command line, on a flag set of its own (the test binary's flags are parsed).
+	os.Args = append([]string{"binary"}, strings.Fields(args)...)
+	flag.CommandLine = flag.NewFlagSet("binary", flag.ExitOnError)
+	var o Options
+	o.BindFlags(flag.CommandLine)
+	o.Init("v9.9.9")
+	fmt.Printf("went on with %d workers\n", o.Workers)
+	os.Exit(0)
 }

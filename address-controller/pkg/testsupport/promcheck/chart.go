@@ -2,6 +2,7 @@ package promcheck
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -152,4 +153,30 @@ type dashboardPanel struct {
 	Title   string
 	Targets []struct{ Expr string }
 	Panels  []dashboardPanel
+}
+
+// CheckChart checks every expression a chart ships (ChartExpressions) against the metrics
+// known, merged with controller-runtime's standard ones, and returns a problem per unknown
+// metric, label or label value. Fewer than minExpressions expressions read is itself an error:
+// a chart whose rules moved would otherwise pass with nothing checked.
+func CheckChart(ctx context.Context, chartDir, namespace string, known *Metrics, minExpressions int) ([]error, error) {
+	std, err := ControllerRuntime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	known.Merge(std)
+	exprs, err := ChartExpressions(chartDir, namespace)
+	if err != nil {
+		return nil, err
+	}
+	if len(exprs) < minExpressions {
+		return nil, fmt.Errorf("only %d expressions read from the chart %s (want at least %d)", len(exprs), chartDir, minExpressions)
+	}
+	var problems []error
+	for _, e := range exprs {
+		for _, err := range Check(e.Expr, known) {
+			problems = append(problems, fmt.Errorf("%s: %w", e.Where, err))
+		}
+	}
+	return problems, nil
 }
