@@ -106,7 +106,7 @@ images: ## The reference build: both images, each with an SPDX SBOM referrer per
 	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images) $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt and hauler.yaml (RELEASE_DIR, default bin/release).
+release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt, hauler.yaml and release-notes.md (RELEASE_DIR, default bin/release).
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
 	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
 	@# The charts' value tables show the image map's defaults, and the wrappers vendor the charts.
