@@ -19,7 +19,7 @@ GENERATED   := address-controller/api address-controller/config metallb-iad/inte
 CRD_REF_DOCS_PIN := tools/binaries/crd-ref-docs
 
 # images.yaml is the one source of truth for the shipped image references; these derive from it.
-IMAGES_DERIVED := images.yaml packages charts README.md docs deploy
+IMAGES_DERIVED := images.yaml packages charts dashboards README.md docs deploy
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
@@ -70,17 +70,18 @@ check-generated: generate ## Fail when the committed generated files are stale.
 	fi
 
 .PHONY: vendor-charts
-vendor-charts: ## Copy charts/<name> into packages/system/<name>/charts/ (Cozystack builds packages from packages/ alone).
+vendor-charts: ## Copy charts/<name> into packages/system/<name>/charts/ (Cozystack builds packages from packages/ alone) and its dashboard to dashboards/reserved-ips/<name>.json (Cozystack's dashboards tree).
 	@for c in $(PACKAGED); do \
 		rm -rf "packages/system/$$c/charts"; mkdir -p "packages/system/$$c/charts"; \
 		cp -R "charts/$$c" "packages/system/$$c/charts/$$c"; \
+		cp "charts/$$c/files/dashboard.json" "dashboards/reserved-ips/$$c.json"; \
 	done
 
 .PHONY: check-vendored
 check-vendored: vendor-charts ## Fail when a wrapper's vendored chart differs from charts/.
-	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts))" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts) dashboards)" ]; then \
 		echo "vendored charts are stale; run 'make vendor-charts' and commit the result:"; \
-		git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts); \
+		git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts) dashboards; \
 		exit 1; \
 	fi
 
