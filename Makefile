@@ -19,7 +19,7 @@ GENERATED   := address-controller/api address-controller/config metallb-iad/inte
 CRD_REF_DOCS_PIN := tools/binaries/crd-ref-docs
 
 # images.yaml is the one source of truth for the shipped image references; these derive from it.
-IMAGES_DERIVED := images.yaml packages charts README.md docs deploy
+IMAGES_DERIVED := images.yaml packages charts dashboards README.md docs deploy
 
 export GOFLAGS := -buildvcs=false
 export E2E_PROVIDER
@@ -70,17 +70,18 @@ check-generated: generate ## Fail when the committed generated files are stale.
 	fi
 
 .PHONY: vendor-charts
-vendor-charts: ## Copy charts/<name> into packages/system/<name>/charts/ (Cozystack builds packages from packages/ alone).
+vendor-charts: ## Copy charts/<name> into packages/system/<name>/charts/ (Cozystack builds packages from packages/ alone) and its dashboard to dashboards/reserved-ips/<name>.json (Cozystack's dashboards tree).
 	@for c in $(PACKAGED); do \
 		rm -rf "packages/system/$$c/charts"; mkdir -p "packages/system/$$c/charts"; \
 		cp -R "charts/$$c" "packages/system/$$c/charts/$$c"; \
+		cp "charts/$$c/files/dashboard.json" "dashboards/reserved-ips/$$c.json"; \
 	done
 
 .PHONY: check-vendored
 check-vendored: vendor-charts ## Fail when a wrapper's vendored chart differs from charts/.
-	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts))" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts) dashboards)" ]; then \
 		echo "vendored charts are stale; run 'make vendor-charts' and commit the result:"; \
-		git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts); \
+		git status --porcelain -- $(foreach c,$(PACKAGED),packages/system/$(c)/charts) dashboards; \
 		exit 1; \
 	fi
 
@@ -106,7 +107,7 @@ images: ## The reference build: both images, each with an SPDX SBOM referrer per
 	$(GO) run ./tools/cmd/images build -layout $(or $(IMAGES_DIR),$(LOCALBIN)/images) $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt and hauler.yaml (RELEASE_DIR, default bin/release).
+release: ## Build and push both images with their SBOMs to REGISTRY, write the digests to images.yaml and every place derived from it, then publish both charts (REGISTRY/charts) and the packages artifact, and write images.txt, charts.txt, hauler.yaml and release-notes.md (RELEASE_DIR, default bin/release).
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=ghcr.io/cozystack VERSION=v0.1.0 [SBOM_DIR=dir]"; exit 2; }
 	$(GO) run ./tools/cmd/images build -push $(REGISTRY) $(if $(VERSION),-version $(VERSION)) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -update
 	@# The charts' value tables show the image map's defaults, and the wrappers vendor the charts.

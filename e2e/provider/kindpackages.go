@@ -2,11 +2,12 @@ package provider
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/binaries"
 )
 
 // PackageInstall is one Cozystack package as the platform installs it: the wrapper chart from
@@ -51,13 +52,13 @@ func PackageInstalls(root, dir string, images map[string]string) ([]PackageInsta
 		}
 		c := src.Spec.Variants[0].Components[0]
 		chartDir := filepath.Join(dir, component)
-		if err := copyDir(filepath.Join(root, "packages", filepath.FromSlash(c.Path)), chartDir); err != nil {
+		if err := binaries.CopyTree(filepath.Join(root, "packages", filepath.FromSlash(c.Path)), chartDir); err != nil {
 			return nil, err
 		}
 		// Vendor the chart when the checkout has not (make vendor-charts does the same).
 		vendored := filepath.Join(chartDir, "charts", c.Name)
 		if _, err := os.Stat(vendored); err != nil {
-			if err := copyDir(filepath.Join(root, "charts", c.Name), vendored); err != nil {
+			if err := binaries.CopyTree(filepath.Join(root, "charts", c.Name), vendored); err != nil {
 				return nil, err
 			}
 		}
@@ -66,22 +67,4 @@ func PackageInstalls(root, dir string, images map[string]string) ([]PackageInsta
 			ChartDir: chartDir, Values: map[string]any{c.Name: values}})
 	}
 	return out, nil
-}
-
-func copyDir(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
 }

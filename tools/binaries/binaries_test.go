@@ -264,7 +264,7 @@ func TestMetalLBPatchesApply(t *testing.T) {
 			t.Fatalf("locating %s@%s: %v", c.Module, v, err)
 		}
 		src := filepath.Join(t.TempDir(), "src")
-		if err := copyTree(info.Dir, src); err != nil {
+		if err := CopyTree(info.Dir, src); err != nil {
 			t.Fatal(err)
 		}
 		if err := ApplyPatches(src, c.Patches); err != nil {

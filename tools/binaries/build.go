@@ -84,7 +84,7 @@ func (b *Builder) build(c Component) error {
 			return err
 		}
 		defer os.RemoveAll(work)
-		if err := copyTree(pin, work); err != nil {
+		if err := CopyTree(pin, work); err != nil {
 			return fmt.Errorf("copying the pin module: %w", err)
 		}
 		// Inside the copy (a directory with a go.mod of its own is not part of it), under a
@@ -117,7 +117,7 @@ func (b *Builder) build(c Component) error {
 		}
 		for src, dst := range c.Files {
 			b.say("[%s %s] copying %s", c.Name, c.Version, src)
-			if err := copyTree(filepath.Join(modDir, src), filepath.Join(tmp, dst)); err != nil {
+			if err := CopyTree(filepath.Join(modDir, src), filepath.Join(tmp, dst)); err != nil {
 				return fmt.Errorf("copying %s from %s: %w", src, c.Module, err)
 			}
 		}
@@ -180,7 +180,7 @@ func (b *Builder) source(c Component, pin, dir string) error {
 		return err
 	}
 	b.say("[%s %s] copying the source of %s %s", c.Name, c.Version, c.Module, c.PinnedVersion())
-	if err := copyTree(modDir, dir); err != nil {
+	if err := CopyTree(modDir, dir); err != nil {
 		return fmt.Errorf("copying the source of %s: %w", c.Module, err)
 	}
 	names := make([]string, len(c.Patches))
@@ -315,7 +315,8 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
-func copyTree(src, dst string) error {
+// CopyTree copies the directory src, files and folders, to dst (files with mode 0644).
+func CopyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

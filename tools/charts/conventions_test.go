@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/images"
@@ -228,9 +229,9 @@ func mapKeys(m map[string]any) func(func(string) bool) {
 }
 
 // Monitoring is on in the wrappers, as Cozystack's own packages ship it: where the cluster serves
-// the kinds (Cozystack's monitoring stack), the VMServiceScrape with the chart's scraper token, the
-// PrometheusRule and the GrafanaDashboard for dashboards=grafana; where it does not, the package
-// installs without them.
+// the kinds (Cozystack's monitoring stack), the VMServiceScrape with the chart's scraper token and
+// the PrometheusRule; where it does not, the package installs without them. No dashboard: that
+// comes from Cozystack's dashboards list.
 func TestWrapperMonitoringOnByDefault(t *testing.T) {
 	monitoring := []string{"operator.victoriametrics.com/v1beta1/VMServiceScrape", "monitoring.coreos.com/v1/PrometheusRule",
 		"grafana.integreatly.org/v1beta1/GrafanaDashboard"}
@@ -249,8 +250,13 @@ func TestWrapperMonitoringOnByDefault(t *testing.T) {
 				objs["Secret/"+name+"-metrics-scraper-token"] == nil {
 				t.Errorf("no VMServiceScrape with the scraper token: %v", keys(objs))
 			}
-			if objs["PrometheusRule/"+name] == nil || dig(objs["GrafanaDashboard/"+name], "spec", "instanceSelector", "matchLabels", "dashboards") != "grafana" {
-				t.Errorf("no PrometheusRule or GrafanaDashboard: %v", keys(objs))
+			if objs["PrometheusRule/"+name] == nil {
+				t.Errorf("no PrometheusRule: %v", keys(objs))
+			}
+			// The dashboard is served through Cozystack's dashboards list instead
+			// (TestDashboardsTheCozystackWay).
+			if objs["GrafanaDashboard/"+name] != nil || objs["ConfigMap/"+name+"-dashboard"] != nil {
+				t.Error("the wrapper renders its dashboard; Cozystack's monitoring package serves it from its dashboards list")
 			}
 			if objs["ServiceMonitor/"+name] != nil {
 				t.Error("the wrapper renders a ServiceMonitor; Cozystack scrapes with VictoriaMetrics")
@@ -269,5 +275,74 @@ func TestWrapperMonitoringOnByDefault(t *testing.T) {
 				t.Error("no Deployment without the monitoring stack")
 			}
 		})
+	}
+}
+
+// Dashboards go Cozystack's way: the JSON under dashboards/<folder>/<name>.json (the tree
+// Cozystack's grafana-dashboards image serves), one <folder>/<name> line each in the list for
+// Cozystack's monitoring package (packages/core/platform/dashboards-infra.list, lines to add to
+// its dashboards-infra.list: system components' dashboards are infrastructure ones), the same
+// JSON as the chart's; the monitoring package's template, given the list, renders a
+// GrafanaDashboard per line that fetches that file. The wrappers render none of their own; the
+// out-of-tree Packages, which Cozystack's dashboards server does not serve, turn the chart's on.
+func TestDashboardsTheCozystackWay(t *testing.T) {
+	list := readText(t, filepath.Join(root, "packages", "core", "platform", "dashboards-infra.list"))
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(list), "\n") {
+		if !regexp.MustCompile(`^[a-z0-9-]+/[a-z0-9-]+$`).MatchString(l) {
+			t.Errorf("dashboards-infra.list line %q is not <folder>/<name>", l)
+		}
+		lines = append(lines, l)
+	}
+	var want []string
+	for _, name := range packaged {
+		want = append(want, "reserved-ips/"+name)
+		got := readText(t, filepath.Join(root, "dashboards", "reserved-ips", name+".json"))
+		if got != readText(t, filepath.Join(root, "charts", name, "files", "dashboard.json")) {
+			t.Errorf("dashboards/reserved-ips/%s.json differs from the chart's files/dashboard.json (make vendor-charts)", name)
+		}
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("dashboards-infra.list lists %v, want %v", lines, want)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "dashboards", "*", "*"))
+	if len(files) != len(packaged) {
+		t.Errorf("dashboards/ holds %v, want one JSON per package", files)
+	}
+
+	// The monitoring package's template, with the list as Cozystack builds it.
+	tmpl := readText(t, filepath.Join(root, "tools", "packages", "cozystack", "monitoring", "templates", "dashboards.yaml"))
+	mon := &chart.Chart{
+		Metadata:  &chart.Metadata{APIVersion: "v2", Name: "monitoring", Version: "0.0.0"},
+		Templates: []*chart.File{{Name: "templates/dashboards.yaml", Data: []byte(tmpl)}},
+		Files:     []*chart.File{{Name: "dashboards-infra.list", Data: []byte(list)}, {Name: "dashboards.list", Data: nil}},
+	}
+	manifest, err := Render(mon, "cozy-monitoring", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeIndex(t, manifest)
+	for _, name := range packaged {
+		gd := objs["GrafanaDashboard/reserved-ips-"+name]
+		if gd == nil || dig(gd, "spec", "folder") != "reserved-ips" ||
+			dig(gd, "spec", "url") != "http://grafana-dashboards.cozy-grafana-operator.svc/reserved-ips/"+name+".json" {
+			t.Errorf("the monitoring package renders %v for %s (objects %v)", gd, name, keys(objs))
+		}
+	}
+
+	// The out-of-tree Packages turn the chart's own GrafanaDashboard on.
+	data := readText(t, filepath.Join(root, images.OutOfTreeFile))
+	for _, doc := range strings.Split(data, "\n---\n") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o["kind"] != "Package" {
+			continue
+		}
+		name := strings.TrimPrefix(dig(o, "metadata", "name").(string), "reserved-ips.")
+		if dig(o, "spec", "components", name, "values", name, "metrics", "grafanaDashboard", "enabled") != true {
+			t.Errorf("the out-of-tree Package %s does not turn the chart's GrafanaDashboard on", name)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/cozystack/reserved-ips/tools/binaries"
 	"github.com/cozystack/reserved-ips/tools/chartdocs"
 	"github.com/cozystack/reserved-ips/tools/images"
 )
@@ -17,22 +18,7 @@ import (
 // copyTree copies the directory src to dst (which must not exist).
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
+	if err := binaries.CopyTree(src, dst); err != nil {
 		t.Fatal(err)
 	}
 }

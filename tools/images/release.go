@@ -126,11 +126,23 @@ type ReleaseFiles struct {
 	Charts map[string]string
 	// Packages is the pushed packages artifact reference, if any.
 	Packages string
+	// Version is the release (v0.1.0); both components carry it.
+	Version string
+	// MetalLB is the MetalLB version the release is built and tested against.
+	MetalLB string
+	// UpgradeNotes is the text of the release notes' upgrade section (Markdown).
+	UpgradeNotes string
 }
 
-// Write writes images.txt, charts.txt and hauler.yaml into dir.
+// ReleaseNotesFile is the release notes' name in the release directory.
+const ReleaseNotesFile = "release-notes.md"
+
+// Write writes images.txt, charts.txt, hauler.yaml and the release notes (ReleaseNotesFile) into dir.
 func (r ReleaseFiles) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ReleaseNotesFile), []byte(r.Notes()), 0o644); err != nil {
 		return err
 	}
 	var images, charts []string
@@ -154,6 +166,60 @@ func (r ReleaseFiles) Write(dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "hauler.yaml"), hauler, 0o644)
+}
+
+// Notes are the release notes: the components' version, the MetalLB version the release is
+// built and tested against, every image by digest, every chart and the packages artifact by
+// digest, and the upgrade notes.
+func (r ReleaseFiles) Notes() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# reserved-ips %s\n\n", r.Version)
+	b.WriteString("## Components\n\n| component | version | chart version |\n| --- | --- | --- |\n")
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", n, r.Version, strings.TrimPrefix(r.Version, "v"))
+	}
+	if r.MetalLB != "" {
+		fmt.Fprintf(&b, "\nBuilt and tested against MetalLB %s, the version Cozystack ships.\n", r.MetalLB)
+	}
+	b.WriteString("\n## Images\n\nEach is a multi-platform index, signed, with an SPDX SBOM attested to every platform image.\n\n")
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
+		fmt.Fprintf(&b, "- %s: `%s`\n", n, r.Images[n])
+	}
+	b.WriteString("\n## Charts\n\nOCI Helm charts, signed; `helm install NAME oci://REPOSITORY --version VERSION`.\n\n")
+	for _, n := range slices.Sorted(maps.Keys(r.Charts)) {
+		fmt.Fprintf(&b, "- %s: `oci://%s`\n", n, r.Charts[n])
+	}
+	if r.Packages != "" {
+		fmt.Fprintf(&b, "- packages artifact (deploy/cozystack/reserved-ips.yaml reads it): `oci://%s`\n", r.Packages)
+	}
+	b.WriteString("\n## Upgrade notes\n\n")
+	if notes := strings.TrimSpace(r.UpgradeNotes); notes != "" {
+		b.WriteString(notes + "\n")
+	} else {
+		b.WriteString("None.\n")
+	}
+	return b.String()
+}
+
+// UpgradeNotesFile is the docs file whose "## Next release" section becomes the release notes'
+// upgrade notes.
+const UpgradeNotesFile = "docs/upgrading.md"
+
+// ReadUpgradeNotes returns the "## Next release" section of docs/upgrading.md, without its
+// heading.
+func ReadUpgradeNotes(root string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, UpgradeNotesFile))
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := strings.Cut(string(data), "\n## Next release\n")
+	if !ok {
+		return "", fmt.Errorf("%s has no \"## Next release\" section", UpgradeNotesFile)
+	}
+	if i := strings.Index(rest, "\n## "); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.TrimSpace(rest), nil
 }
 
 // haulerManifest is a hauler (Rancher Government's air-gap tool) content manifest: the images

@@ -18,9 +18,28 @@ func TestReleaseFiles(t *testing.T) {
 		Images:   Shipped{"metallb-iad": "ghcr.io/cozystack/metallb-iad:v1" + d, "address-controller": "ghcr.io/cozystack/address-controller:v1" + d},
 		Charts:   map[string]string{"address-controller": "ghcr.io/cozystack/charts/address-controller:1.0.0" + d},
 		Packages: "ghcr.io/cozystack/reserved-ips-packages:v1" + d,
+		Version:  "v1.0.0", MetalLB: "v0.16.1", UpgradeNotes: "Run the migration.",
 	}
+	// Each image has its own digest, so that the notes are seen to name every one.
+	r.Images["metallb-iad"] = "ghcr.io/cozystack/metallb-iad:v1@sha256:" + strings.Repeat("b", 64)
 	if err := r.Write(dir); err != nil {
 		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(dir, ReleaseNotesFile))
+	if err != nil {
+		t.Fatalf("no release notes: %v", err)
+	}
+	for _, want := range []string{"# reserved-ips v1.0.0", "| address-controller | v1.0.0 | 1.0.0 |", "| metallb-iad | v1.0.0 | 1.0.0 |",
+		"MetalLB v0.16.1", "`" + r.Images["address-controller"] + "`", "`" + r.Images["metallb-iad"] + "`",
+		"`oci://" + r.Charts["address-controller"] + "`", "`oci://" + r.Packages + "`", "## Upgrade notes\n\nRun the migration.\n"} {
+		if !strings.Contains(string(notes), want) {
+			t.Errorf("the release notes lack %q:\n%s", want, notes)
+		}
+	}
+	for _, ref := range r.Images {
+		if !strings.Contains(string(notes), ref[strings.Index(ref, "@")+1:]) {
+			t.Errorf("the release notes do not name the digest of %s", ref)
+		}
 	}
 	list, _ := os.ReadFile(filepath.Join(dir, "images.txt"))
 	if string(list) != r.Images["address-controller"]+"\n"+r.Images["metallb-iad"]+"\n" {
@@ -81,5 +100,24 @@ func TestPinOutOfTree(t *testing.T) {
 	}
 	if err := PinOutOfTree(dir, "no-digest:v1"); err == nil {
 		t.Error("a reference without digest is taken")
+	}
+}
+
+// The upgrade notes come from the "Next release" section of docs/upgrading.md, up to the next
+// section.
+func TestReadUpgradeNotes(t *testing.T) {
+	notes, err := ReadUpgradeNotes(repoRoot)
+	if err != nil || notes == "" || strings.Contains(notes, "## ") {
+		t.Fatalf("%q, %v", notes, err)
+	}
+	dir := t.TempDir()
+	_ = os.MkdirAll(filepath.Join(dir, "docs"), 0o755)
+	_ = os.WriteFile(filepath.Join(dir, UpgradeNotesFile), []byte("# Upgrading\n\n## Next release\n\nDo this.\n\n## v0.1.0\n\nOld.\n"), 0o644)
+	if notes, err := ReadUpgradeNotes(dir); err != nil || notes != "Do this." {
+		t.Errorf("%q, %v; want the section alone", notes, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, UpgradeNotesFile), []byte("# Upgrading\n"), 0o644)
+	if _, err := ReadUpgradeNotes(dir); err == nil {
+		t.Error("a file without the section should be refused")
 	}
 }

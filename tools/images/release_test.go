@@ -167,6 +167,19 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 			t.Errorf("hauler.yaml lacks %q:\n%s", want, hauler)
 		}
 	}
+	// The release notes name the release, MetalLB, every image digest and every chart.
+	notes, err := os.ReadFile(filepath.Join(release, ReleaseNotesFile))
+	if err != nil {
+		t.Fatalf("make release wrote no release notes: %v", err)
+	}
+	for _, img := range Images {
+		if !strings.Contains(string(notes), "`"+after[img.Name]+"`") || !strings.Contains(string(notes), "oci://"+reg+"/charts/"+img.Name+":0.0.0-rc.1@sha256:") {
+			t.Errorf("the release notes do not name %s's image %s and chart:\n%s", img.Name, after[img.Name], notes)
+		}
+	}
+	if !strings.Contains(string(notes), "# reserved-ips v0.0.0-rc.1") || !strings.Contains(string(notes), "MetalLB v") {
+		t.Errorf("the release notes do not name the release and MetalLB:\n%s", notes)
+	}
 	oot, _ := os.ReadFile(filepath.Join(dir, OutOfTreeFile))
 	if !regexp.MustCompile(`url: oci://` + regexp.QuoteMeta(reg) + `/reserved-ips-packages\n  ref:\n    tag: v0.0.0-rc.1\n    digest: sha256:[0-9a-f]{64}\n`).Match(oot) {
 		t.Errorf("%s not pinned to the packages artifact:\n%s", OutOfTreeFile, oot)

@@ -195,6 +195,15 @@ func (s *session) parseDigest(ref string) (name.Digest, error) {
 	return name.NewDigest(ref, s.nameOptions(d.RegistryStr())...)
 }
 
+// parseTag parses a tag reference with the access options of its registry.
+func (s *session) parseTag(ref string) (name.Tag, error) {
+	t, err := name.NewTag(ref)
+	if err != nil {
+		return name.Tag{}, err
+	}
+	return name.NewTag(ref, s.nameOptions(t.RegistryStr())...)
+}
+
 func (s *session) parseRepo(repo string) (name.Repository, error) {
 	r, err := name.NewRepository(repo)
 	if err != nil {

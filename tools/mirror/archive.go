@@ -30,15 +30,18 @@ const (
 	AnnotationSubject = "io.cozystack.mirror.subject"
 	// AnnotationTag is the cosign-scheme tag of an attachment (empty for an OCI referrer).
 	AnnotationTag = "io.cozystack.mirror.tag"
-	refName       = "org.opencontainers.image.ref.name"
+	// AnnotationKind is "chart" for a chart (Options.Charts; its AnnotationComponent is the
+	// chart's name), absent for an image.
+	AnnotationKind = "io.cozystack.mirror.kind"
+	refName        = "org.opencontainers.image.ref.name"
 )
 
 // ChecksumFile is the file Save writes beside the archive: "<sha256 hex>  <archive name>",
 // as sha256sum prints it (so `sha256sum -c` checks it too).
 func ChecksumFile(archive string) string { return archive + ".sha256" }
 
-// Save writes the images, every platform, and (unless opts.NoReferrers) their attachments into
-// one archive: a tar of an OCI image layout. The archive is written to a temporary file and
+// Save writes the images, every platform, the charts of opts.Charts, and (unless
+// opts.NoReferrers) their attachments into one archive: a tar of an OCI image layout. The archive is written to a temporary file and
 // renamed into place only when complete, then its checksum file is written. Images that cannot
 // be read are listed in the error; the others are saved, and returned.
 func Save(ctx context.Context, images map[string]string, archive string, opts Options) ([]Result, error) {
@@ -55,20 +58,14 @@ func Save(ctx context.Context, images map[string]string, archive string, opts Op
 	if err != nil {
 		return nil, err
 	}
-	components := make([]string, 0, len(images))
-	for c := range images {
-		components = append(components, c)
-	}
-	sort.Strings(components)
 	src := remoteSource{s}
+	charts, errs := resolveCharts(ctx, s, opts.Charts)
 	var results []Result
-	var errs []error
-	for _, component := range components {
-		ref := images[component]
-		res, err := saveOne(ctx, p, src, s, component, ref, opts)
+	for _, it := range items(images, charts) {
+		res, err := saveOne(ctx, p, src, s, it, opts)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s (%s): %w", component, ref, err))
-			opts.say("FAILED %s: %v", ref, err)
+			errs = append(errs, fmt.Errorf("%s (%s): %w", it, it.ref, err))
+			opts.say("FAILED %s: %v", it.ref, err)
 			continue
 		}
 		results = append(results, res)
@@ -82,7 +79,8 @@ func Save(ctx context.Context, images map[string]string, archive string, opts Op
 	return results, errors.Join(errs...)
 }
 
-func saveOne(ctx context.Context, p layout.Path, src remoteSource, s *session, component, ref string, opts Options) (Result, error) {
+func saveOne(ctx context.Context, p layout.Path, src remoteSource, s *session, it item, opts Options) (Result, error) {
+	component, ref := it.component, it.ref
 	d, _, err := parse(s, ref)
 	if err != nil {
 		return Result{}, err
@@ -95,7 +93,7 @@ func saveOne(ctx context.Context, p layout.Path, src remoteSource, s *session, c
 	if got, err := obj.Digest(); err != nil || got.String() != d.DigestStr() {
 		return Result{}, fmt.Errorf("the source serves %v for %s", got, d.DigestStr())
 	}
-	if err := validateArtifact(obj); err != nil {
+	if err := validateArtifact(obj, it.chart); err != nil {
 		return Result{}, fmt.Errorf("the source does not match its digests: %w", err)
 	}
 	var atts []attachment
@@ -108,10 +106,14 @@ func saveOne(ctx context.Context, p layout.Path, src remoteSource, s *session, c
 			return Result{}, err
 		}
 	}
-	if err := appendArtifact(p, obj, map[string]string{refName: ref, AnnotationComponent: component}); err != nil {
+	ann := map[string]string{refName: ref, AnnotationComponent: component}
+	if it.chart {
+		ann[AnnotationKind] = "chart"
+	}
+	if err := appendArtifact(p, obj, ann); err != nil {
 		return Result{}, err
 	}
-	res := Result{Component: component, Source: ref, Dest: ref, Copied: true}
+	res := Result{Component: component, Source: ref, Dest: ref, Copied: true, Chart: it.chart}
 	for _, a := range atts {
 		att, err := src.get(ctx, d.Context().Digest(a.Digest.String()))
 		if err != nil {
@@ -129,12 +131,51 @@ func saveOne(ctx context.Context, p layout.Path, src remoteSource, s *session, c
 	return res, nil
 }
 
-func validateArtifact(obj artifact) error {
+// validateArtifact checks an image (or index) against its digests, or a chart blob by blob (its
+// config is Helm's, not an image's).
+func validateArtifact(obj artifact, chart bool) error {
 	switch o := obj.(type) {
 	case v1.ImageIndex:
 		return validate.Index(o)
 	case v1.Image:
+		if chart {
+			return validateBlobs(o)
+		}
 		return validate.Image(o)
+	}
+	return nil
+}
+
+func validateBlobs(img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	for _, l := range append([]v1.Descriptor{m.Config}, m.Layers...) {
+		var rc io.ReadCloser
+		if l.Digest == m.Config.Digest {
+			raw, err := img.RawConfigFile()
+			if err != nil {
+				return err
+			}
+			rc = io.NopCloser(strings.NewReader(string(raw)))
+		} else {
+			layer, err := img.LayerByDigest(l.Digest)
+			if err != nil {
+				return err
+			}
+			if rc, err = layer.Compressed(); err != nil {
+				return err
+			}
+		}
+		h, n, err := v1.SHA256(rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		if h != l.Digest || n != l.Size {
+			return fmt.Errorf("blob %s hashes to %s (%d bytes)", l.Digest, h, n)
+		}
 	}
 	return nil
 }
@@ -419,7 +460,7 @@ func Load(ctx context.Context, archive string, opts Options) ([]Result, error) {
 		return nil, fmt.Errorf("archive %s: %w", archive, err)
 	}
 	src := layoutSource{top: top, byDig: map[v1.Hash]v1.Descriptor{}, atts: map[v1.Hash][]attachment{}, archive: archive}
-	images := map[string]string{}
+	var todo []item
 	for _, d := range im.Manifests {
 		src.byDig[d.Digest] = d
 		component := d.Annotations[AnnotationComponent]
@@ -432,11 +473,11 @@ func Load(ctx context.Context, archive string, opts Options) ([]Result, error) {
 			continue
 		}
 		if component != "" && d.Annotations[refName] != "" {
-			images[component] = d.Annotations[refName]
+			todo = append(todo, item{component: component, ref: d.Annotations[refName], chart: d.Annotations[AnnotationKind] == "chart"})
 		}
 	}
-	if len(images) == 0 {
+	if len(todo) == 0 {
 		return nil, fmt.Errorf("archive %s holds no images saved by this tool", archive)
 	}
-	return run(ctx, s, images, opts, src)
+	return run(ctx, s, todo, opts, src)
 }

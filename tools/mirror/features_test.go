@@ -150,7 +150,7 @@ func TestDestinationNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, gotDigest, err := destination(s, "mirror.example.org/m", d, tag, tc.keepPath)
+		got, gotDigest, err := destination(s, "mirror.example.org/m", d, tag, tc.keepPath, false)
 		if err != nil {
 			t.Fatal(err)
 		}

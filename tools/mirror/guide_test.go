@@ -13,10 +13,12 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/charts"
+	"github.com/cozystack/reserved-ips/tools/images"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
@@ -68,6 +70,17 @@ func TestAirGapGuide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The release's charts and packages artifact, published where the checkout's out-of-tree file
+	// says (make release writes the registry and version there).
+	published := publishCharts(t, src, "v1.2.3")
+	for _, n := range []string{"address-controller", "metallb-iad"} {
+		_ = os.WriteFile(filepath.Join(site, "packages", "system", n, "Chart.yaml"), []byte("name: cozy-"+n+"\n"), 0o644)
+	}
+	_ = os.MkdirAll(filepath.Join(site, "deploy", "cozystack"), 0o755)
+	if err := os.WriteFile(filepath.Join(site, images.OutOfTreeFile), []byte("kind: OCIRepository\nspec:\n  url: oci://"+src+
+		"/cozystack/"+images.PackagesArtifact+"\n  ref:\n    tag: v1.2.3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// A checkout-shaped directory: go.work, the tools module, those packages.
 	if err := os.WriteFile(filepath.Join(site, "go.work"), []byte("go 1.26.0\n\nuse ./tools\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -89,7 +102,7 @@ func TestAirGapGuide(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the guide's commands failed: %v\n%s", err, out)
 	}
-	for _, f := range []string{"reserved-ips-images.tar", "reserved-ips-images.tar.sha256", "mirror"} {
+	for _, f := range []string{"reserved-ips.tar", "reserved-ips.tar.sha256", "mirror"} {
 		if _, err := os.Stat(filepath.Join(site, f)); err != nil {
 			t.Errorf("the guide should leave %s: %v", f, err)
 		}
@@ -128,6 +141,19 @@ func TestAirGapGuide(t *testing.T) {
 			want = append(want, mustHash(t, a))
 		}
 		checkAttachments(t, img, want, remoteFor(t, good, host)...)
+	}
+
+	// The charts and the packages artifact reached the mirror, by their released digests, where
+	// the guide says: $MIRROR/charts/<name>:<chart version>, $MIRROR/reserved-ips-packages:<version>.
+	for n, ref := range published {
+		where := mirror + "/charts/" + n + ":1.2.3"
+		if n == images.PackagesArtifact {
+			where = mirror + "/" + n + ":v1.2.3"
+		}
+		desc, err := remote.Head(mustRef(t, where), remoteFor(t, good, host)...)
+		if err != nil || desc.Digest.String() != digestOf(ref) {
+			t.Errorf("%s in the mirror: %v, %v; want %s", where, desc, err, digestOf(ref))
+		}
 	}
 
 	// The signatures: what the guide verifies is what the release workflow signs and attests.

@@ -43,6 +43,13 @@ type Options struct {
 	Progress io.Writer
 	// Access says how to reach the registries (TLS, plain HTTP, credentials, retries).
 	Access Access
+	// Charts are the OCI Helm charts (and other OCI artifacts, such as the packages artifact)
+	// carried with the images: name → [oci://]repository:version[@sha256:...]. A reference
+	// without a digest is resolved to one at the source, once; from there on it is copied by
+	// digest like an image, with its signatures. A chart under .../charts/<name> goes to
+	// Dest/charts/<name> (the layout `make release` publishes and the packages' update targets
+	// pull from), anything else to Dest/<name>; KeepPath keeps the whole source path.
+	Charts map[string]string
 }
 
 // Result is one image's outcome.
@@ -56,6 +63,73 @@ type Result struct {
 	// Attachments are the signatures, attestations and SBOMs found for the image (its index and
 	// every platform manifest), by digest in the mirror, each verified there.
 	Attachments []string
+	// Chart is true for a chart (Options.Charts); Component is then the chart's name.
+	Chart bool
+}
+
+// item is one thing to copy: an image of a component, or a chart.
+type item struct {
+	component, ref string
+	chart          bool
+}
+
+func (i item) String() string {
+	if i.chart {
+		return "chart " + i.component
+	}
+	return i.component
+}
+
+// items lists the images and the charts, sorted: images first, each kind by name.
+func items(images, charts map[string]string) []item {
+	var out []item
+	for _, c := range sortedKeys(images) {
+		out = append(out, item{component: c, ref: images[c]})
+	}
+	for _, c := range sortedKeys(charts) {
+		out = append(out, item{component: c, ref: charts[c], chart: true})
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// resolveCharts turns each chart reference into a digest reference (repository:version@sha256:...),
+// asking the source registry for the digest of a reference that names none.
+func resolveCharts(ctx context.Context, s *session, charts map[string]string) (map[string]string, []error) {
+	out := map[string]string{}
+	var errs []error
+	for _, n := range sortedKeys(charts) {
+		ref := strings.TrimPrefix(charts[n], "oci://")
+		if strings.Contains(ref, "@") {
+			out[n] = ref
+			continue
+		}
+		tag, err := name.NewTag(ref, name.StrictValidation)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("chart %s (%s): want repository:version[@sha256:...]: %w", n, ref, err))
+			continue
+		}
+		tag, err = s.parseTag(tag.String())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("chart %s (%s): %w", n, ref, err))
+			continue
+		}
+		desc, err := remote.Head(tag, s.remote(ctx, tag.Registry)...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("chart %s (%s): %w", n, ref, s.explain(tag.RegistryStr(), err)))
+			continue
+		}
+		out[n] = ref + "@" + desc.Digest.String()
+	}
+	return out, errs
 }
 
 // PackageImages reads the image references the packages ship: <component>.image in each
@@ -95,11 +169,16 @@ func (o Options) say(format string, args ...any) {
 }
 
 // destination maps a source digest reference to the mirror: the repository's last element (or
-// its whole path with keepPath) under dest, the same tag, the same digest.
-func destination(s *session, dest string, src name.Digest, tag string, keepPath bool) (name.Tag, name.Digest, error) {
+// its whole path with keepPath) under dest, the same tag, the same digest. A chart published
+// under .../charts/<name> keeps its charts/ element.
+func destination(s *session, dest string, src name.Digest, tag string, keepPath, chart bool) (name.Tag, name.Digest, error) {
 	repo := src.Context().RepositoryStr()
 	if !keepPath {
-		repo = repo[strings.LastIndex(repo, "/")+1:]
+		parts := strings.Split(repo, "/")
+		repo = parts[len(parts)-1]
+		if chart && len(parts) > 1 && parts[len(parts)-2] == "charts" {
+			repo = "charts/" + repo
+		}
 	}
 	r, err := s.parseRepo(strings.TrimSuffix(dest, "/") + "/" + repo)
 	if err != nil {
@@ -227,19 +306,16 @@ func Mirror(ctx context.Context, images map[string]string, opts Options) ([]Resu
 	if err != nil {
 		return nil, err
 	}
-	return run(ctx, s, images, opts, remoteSource{s})
+	charts, errs := resolveCharts(ctx, s, opts.Charts)
+	res, err := run(ctx, s, items(images, charts), opts, remoteSource{s})
+	return res, errors.Join(append(errs, err)...)
 }
 
-func run(ctx context.Context, s *session, images map[string]string, opts Options, src source) ([]Result, error) {
+func run(ctx context.Context, s *session, todo []item, opts Options, src source) ([]Result, error) {
 	limit := opts.Concurrency
 	if limit <= 0 {
 		limit = 4
 	}
-	components := make([]string, 0, len(images))
-	for c := range images {
-		components = append(components, c)
-	}
-	sort.Strings(components)
 	var (
 		mu      sync.Mutex
 		results []Result
@@ -247,40 +323,53 @@ func run(ctx context.Context, s *session, images map[string]string, opts Options
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, limit)
 	)
-	for _, component := range components {
-		ref := images[component]
+	for _, it := range todo {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res, err := copyOne(ctx, s, component, ref, opts, src)
+			res, err := copyOne(ctx, s, it, opts, src)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s (%s): %w", component, ref, err))
-				opts.say("FAILED %s: %v", ref, err)
+				errs = append(errs, fmt.Errorf("%s (%s): %w", it, it.ref, err))
+				opts.say("FAILED %s: %v", it.ref, err)
 				return
 			}
 			results = append(results, res)
 		}()
 	}
 	wg.Wait()
-	sort.Slice(results, func(i, j int) bool { return results[i].Component < results[j].Component })
+	sort.Slice(results, func(i, j int) bool {
+		if results[i].Chart != results[j].Chart {
+			return !results[i].Chart
+		}
+		return results[i].Component < results[j].Component
+	})
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return results, errors.Join(errs...)
 }
 
-func copyOne(ctx context.Context, s *session, component, ref string, opts Options, src source) (Result, error) {
+func copyOne(ctx context.Context, s *session, it item, opts Options, src source) (Result, error) {
+	ref := it.ref
 	from, tag, err := parse(s, ref)
 	if err != nil {
 		return Result{}, err
 	}
-	dstTag, dstDigest, err := destination(s, opts.Dest, from, tag, opts.KeepPath)
+	dstTag, dstDigest, err := destination(s, opts.Dest, from, tag, opts.KeepPath, it.chart)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Component: component, Source: ref, Dest: dstTag.String() + "@" + from.DigestStr()}
+	res := Result{Component: it.component, Source: ref, Dest: dstTag.String() + "@" + from.DigestStr(), Chart: it.chart}
+	// A chart is no image (its config is Helm's, its layer the chart's tarball): it is checked
+	// blob by blob against its digests.
+	verify := verifyImage
+	if it.chart {
+		verify = func(ctx context.Context, s *session, dst name.Digest, _ string) error {
+			return verifyDigests(ctx, s, dst)
+		}
+	}
 	obj, err := src.get(ctx, from)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading the source: %w", err)
@@ -412,9 +501,9 @@ func write(ctx context.Context, s *session, ref name.Reference, obj artifact) er
 	return nil
 }
 
-// verify reads the copy back in full — the index, every platform's manifest, config and layers —
-// and checks every digest.
-func verify(ctx context.Context, s *session, dst name.Digest, want string) error {
+// verifyImage reads the copy back in full — the index, every platform's manifest, config and
+// layers — and checks every digest.
+func verifyImage(ctx context.Context, s *session, dst name.Digest, want string) error {
 	desc, err := remote.Get(dst, s.remote(ctx, dst.Registry)...)
 	if err != nil {
 		return fmt.Errorf("reading the mirror back: %w", s.explain(dst.RegistryStr(), err))
@@ -495,6 +584,9 @@ func verifyDigests(ctx context.Context, s *session, dst name.Digest) error {
 func PackageValues(results []Result) string {
 	var b strings.Builder
 	for _, r := range results {
+		if r.Chart {
+			continue
+		}
 		fmt.Fprintf(&b, `---
 apiVersion: cozystack.io/v1alpha1
 kind: Package

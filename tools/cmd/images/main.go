@@ -17,8 +17,8 @@
 // SDK and packages/ as a Flux OCI artifact to REGISTRY/reserved-ips-packages:<version> (what the
 // out-of-tree PackageSources of deploy/cozystack/reserved-ips.yaml read, whose OCIRepository it
 // points at that digest), prints one "kind ref@sha256:..." line each (for signing), and writes
-// images.txt, charts.txt, hauler.yaml and each chart as <name>-<version>.tgz into DIR (default
-// bin/release).
+// images.txt, charts.txt, hauler.yaml, the release notes (images.ReleaseNotesFile, with the
+// upgrade notes of docs/upgrading.md) and each chart as <name>-<version>.tgz into DIR (default bin/release).
 package main
 
 import (
@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cozystack/reserved-ips/tools/binaries"
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/images"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
@@ -119,7 +120,12 @@ func publish(root, reg, version, out string, plainHTTP bool) error {
 	if err != nil {
 		return fmt.Errorf("reading the revision: %w", err)
 	}
-	files := images.ReleaseFiles{Images: shipped, Charts: map[string]string{}}
+	notes, err := images.ReadUpgradeNotes(root)
+	if err != nil {
+		return err
+	}
+	files := images.ReleaseFiles{Images: shipped, Charts: map[string]string{}, Version: version,
+		MetalLB: binaries.DefaultMetalLBVersion, UpgradeNotes: notes}
 	for _, img := range images.Images {
 		ref, err := charts.PublishChart(charts.Dir(root, img.Name), reg+"/charts", version, plainHTTP)
 		if err != nil {

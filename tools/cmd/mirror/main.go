@@ -12,7 +12,12 @@
 // platforms prints the digest reference of each platform image of the given images, one a line
 // (what the release attests each SBOM to, for cosign verify-attestation).
 //
-// Without component=ref arguments the images are read from packages/system/*/values.yaml.
+// Without component=ref arguments the images are read from packages/system/*/values.yaml, and
+// the charts with them: both charts and the packages artifact of the release the checkout
+// carries (the registry and version deploy/cozystack/reserved-ips.yaml names), resolved to
+// digests. -charts FILE takes them from a chart list instead (charts.txt of `make release`), a
+// name=oci://... argument names one, -no-charts leaves them out. load pushes whatever the
+// archive holds; charts go to PREFIX/charts/<name>.
 // Registry access: -creds [HOST=]USER:PASSWORD (HOST defaults to the -to registry), -authfile
 // (Docker or Podman auth file), else the Docker config; -ca-file, -insecure HOST, -plain-http HOST
 // (both repeatable), -retries N. On partial failure the images that were copied are reported and
@@ -58,6 +63,8 @@ func run(cmd string, args []string) int {
 	keepPath := fs.Bool("keep-path", false, "keep the source repository path under -to (ghcr.io/cozystack/x → PREFIX/cozystack/x) instead of PREFIX/x")
 	caFile := fs.String("ca-file", "", "PEM file of CA certificates to trust besides the system's")
 	authFile := fs.String("authfile", "", "Docker or Podman auth file (default: the Docker config)")
+	chartList := fs.String("charts", "", "chart list (charts.txt of make release: oci://repository:version@sha256:... a line) to copy or save with the images (default: the release's charts, from the checkout)")
+	noCharts := fs.Bool("no-charts", false, "copy or save the images alone, without the charts")
 	retries := fs.Int("retries", 3, "retries of a request that failed with a temporary error, 408, 429 or 5xx (exponential backoff)")
 	var insecure, plainHTTP, creds list
 	fs.Var(&insecure, "insecure", "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
@@ -99,22 +106,24 @@ func run(cmd string, args []string) int {
 		if *to == "" {
 			return fail(fmt.Errorf("copy needs -to"))
 		}
-		imgs, err2 := images(*packages, fs.Args())
+		imgs, chs, err2 := artifacts(*packages, *chartList, *noCharts, fs.Args())
 		if err2 != nil {
 			return fail(err2)
 		}
+		opts.Charts = chs
 		results, err = mirror.Mirror(ctx, imgs, opts)
 	case "save":
 		if *archive == "" {
 			return fail(fmt.Errorf("save needs -archive"))
 		}
-		imgs, err2 := images(*packages, fs.Args())
+		imgs, chs, err2 := artifacts(*packages, *chartList, *noCharts, fs.Args())
 		if err2 != nil {
 			return fail(err2)
 		}
+		opts.Charts = chs
 		results, err = mirror.Save(ctx, imgs, *archive, opts)
 		for _, r := range results {
-			fmt.Fprintf(os.Stderr, "%-20s %s: saved with %d attachments\n", r.Component, r.Source, len(r.Attachments))
+			fmt.Fprintf(os.Stderr, "%-20s %s: saved with %d attachments\n", label(r), r.Source, len(r.Attachments))
 		}
 		if len(results) > 0 {
 			fmt.Fprintf(os.Stderr, "saved to %s (checksum in %s); carry both and run: mirror load -archive %s -to REGISTRY/PREFIX\n",
@@ -155,7 +164,7 @@ func run(cmd string, args []string) int {
 		case r.Copied:
 			state = "copied and verified"
 		}
-		fmt.Fprintf(os.Stderr, "%-20s %s → %s: %s, %d attachments\n", r.Component, r.Source, r.Dest, state, len(r.Attachments))
+		fmt.Fprintf(os.Stderr, "%-20s %s → %s: %s, %d attachments\n", label(r), r.Source, r.Dest, state, len(r.Attachments))
 	}
 	if !*dryRun && len(results) > 0 {
 		fmt.Print("# Point the packages at the mirror:\n" + mirror.PackageValues(results))
@@ -191,26 +200,55 @@ func cutHost(c string) (host, userpass string, ok bool) {
 	return host, userpass, true
 }
 
-func images(packages string, args []string) (map[string]string, error) {
+func label(r mirror.Result) string {
+	if r.Chart {
+		return "chart " + r.Component
+	}
+	return r.Component
+}
+
+// artifacts are the images and charts to copy or save: the arguments' (name=oci://... a chart,
+// component=ref an image), else the checkout's; -charts replaces the charts, -no-charts drops them.
+func artifacts(packages, chartList string, noCharts bool, args []string) (imgs, chs map[string]string, err error) {
 	if len(args) > 0 {
-		out := map[string]string{}
+		imgs, chs = map[string]string{}, map[string]string{}
 		for _, a := range args {
 			component, ref, ok := strings.Cut(a, "=")
 			if !ok {
-				return nil, fmt.Errorf("%q: want component=ref", a)
+				return nil, nil, fmt.Errorf("%q: want component=ref", a)
 			}
-			out[component] = ref
+			if strings.HasPrefix(ref, "oci://") {
+				chs[component] = ref
+			} else {
+				imgs[component] = ref
+			}
 		}
-		return out, nil
-	}
-	if packages == "" {
-		root, err := sandbox.RepoRoot()
-		if err != nil {
-			return nil, err
+	} else {
+		if packages == "" {
+			root, err := sandbox.RepoRoot()
+			if err != nil {
+				return nil, nil, err
+			}
+			packages = filepath.Join(root, "packages")
 		}
-		packages = filepath.Join(root, "packages")
+		if imgs, err = mirror.PackageImages(packages); err != nil {
+			return nil, nil, err
+		}
+		if chartList == "" && !noCharts {
+			if chs, err = mirror.PackageCharts(filepath.Dir(packages)); err != nil {
+				return nil, nil, fmt.Errorf("the release's charts (give -charts FILE, or -no-charts to leave them out): %w", err)
+			}
+		}
 	}
-	return mirror.PackageImages(packages)
+	if chartList != "" {
+		if chs, err = mirror.ReadChartList(chartList); err != nil {
+			return nil, nil, err
+		}
+	}
+	if noCharts {
+		chs = nil
+	}
+	return imgs, chs, nil
 }
 
 func usage() {
