@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
@@ -61,6 +62,11 @@ type Driver struct {
 	NoParking bool
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
+	// ExpectFor is how long the driver awaits its cache showing its own writes (the objects it
+	// created or deleted, the resourceVersions its writes left) before it stops waiting on them
+	// (docs/design.md#the-freshness-kit). A minute when zero; negative: it never waits, and every
+	// pass decides from the cache as it is.
+	ExpectFor time.Duration
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
 	// (an address gone, or deleted and past teardown) whose event was missed. A minute when zero.
 	SweepEvery time.Duration
@@ -70,7 +76,9 @@ type Driver struct {
 	// the driver's own writes.
 	reader   client.Reader
 	announce *driverkit.Announcer
-	expect   *expectations
+	// expect and written are what the driver awaits its cache showing (expectations.go).
+	expect  *freshness.Expectations[string, string]
+	written *freshness.WriteTracker[string]
 	// memory is what the driver remembers of MetalLB per address (memory.go).
 	memory *plan.MetallbMemory
 	// progress is how far MetalLB has got through its work (progress.go).
@@ -91,7 +99,11 @@ type Driver struct {
 func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.client, d.reader = mgr.GetClient(), mgr.GetAPIReader()
 	d.announce = &driverkit.Announcer{Recorder: mgr.GetEventRecorder("metallb-iad")}
-	d.expect = newExpectations(time.Minute)
+	if d.ExpectFor == 0 {
+		d.ExpectFor = time.Minute
+	}
+	d.expect = freshness.NewExpectations[string, string](d.ExpectFor)
+	d.written = freshness.NewWriteTracker[string](d.ExpectFor)
 	d.now = time.Now
 	if d.NudgeAfter == 0 {
 		d.NudgeAfter = 3 * time.Second
