@@ -211,9 +211,6 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
 			d.memory.Forget(req.Name)
-			if d.eventSweepOff.Load() {
-				return reconcile.Result{}, nil
-			}
 			return reconcile.Result{}, d.sweepHolds(ctx, req.Name)
 		}
 		return reconcile.Result{}, err

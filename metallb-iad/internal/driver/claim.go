@@ -54,9 +54,6 @@ func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconc
 
 // reconcileClaim: snapshot → PlanProvision → writes.
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if drop := d.dropClaim.Load(); drop != nil && *drop == req.String() {
-		return reconcile.Result{}, nil
-	}
 	v, err := d.provisionSnapshot(ctx, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err

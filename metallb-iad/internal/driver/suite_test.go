@@ -272,7 +272,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery(),
-		NotServedAfter: notServedAfter(), ExpectFor: expectFor()}
+		NotServedAfter: notServedAfter(), ExpectFor: expectFor(), NewQueue: lostEvents.newQueue}
 	testDriver = d
 	testCache = mgr.GetCache()
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
