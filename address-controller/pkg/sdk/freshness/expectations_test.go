@@ -2,7 +2,6 @@ package freshness
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -110,22 +109,14 @@ func TestWriteTracker(t *testing.T) {
 
 func TestWriteTrackerConcurrentUse(t *testing.T) {
 	w := NewWriteTracker[int](time.Minute)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 2000 {
-				k := (g + i) % 50
-				w.Wrote(k, fmt.Sprint(i), t0)
-				w.Shows(k, fmt.Sprint(i-1), t0)
-				if i%7 == 0 {
-					w.Forget(k)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	concurrently(8, 2000, func(g, i int) {
+		k := (g + i) % 50
+		w.Wrote(k, fmt.Sprint(i), t0)
+		w.Shows(k, fmt.Sprint(i-1), t0)
+		if i%7 == 0 {
+			w.Forget(k)
+		}
+	})
 	if w.Len() > 50 {
 		t.Fatalf("%d entries for 50 keys", w.Len())
 	}

@@ -117,29 +117,36 @@ func TestMemoryBound(t *testing.T) {
 
 func TestMemoryConcurrentUse(t *testing.T) {
 	m := Memory[int, int]{TTL: time.Minute, Max: 100}
+	concurrently(8, 2000, func(g, i int) {
+		k := (g*2000 + i) % 300
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		switch i % 4 {
+		case 0:
+			m.Put(k, i, now)
+		case 1:
+			m.Get(k, now)
+		case 2:
+			m.Update(k, now, func(v int, _ bool) (int, bool) { return v + 1, true })
+		default:
+			m.Delete(k)
+		}
+	})
+	if m.Len() > 100 {
+		t.Fatalf("%d entries, Max is 100", m.Len())
+	}
+}
+
+// concurrently runs f(g, i) for i below n in each of goroutines goroutines g, and waits.
+func concurrently(goroutines, n int, f func(g, i int)) {
 	var wg sync.WaitGroup
-	for g := range 8 {
+	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 2000 {
-				k := (g*2000 + i) % 300
-				now := t0.Add(time.Duration(i) * time.Millisecond)
-				switch i % 4 {
-				case 0:
-					m.Put(k, i, now)
-				case 1:
-					m.Get(k, now)
-				case 2:
-					m.Update(k, now, func(v int, _ bool) (int, bool) { return v + 1, true })
-				default:
-					m.Delete(k)
-				}
+			for i := range n {
+				f(g, i)
 			}
 		}()
 	}
 	wg.Wait()
-	if m.Len() > 100 {
-		t.Fatalf("%d entries, Max is 100", m.Len())
-	}
 }
