@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 )
 
 // The claim pass's writes, in their crash-safe order: the finalizer, binds guarded by the
@@ -26,63 +26,54 @@ import (
 // lists them for the claim (any pass of the claim looks), or a refresh finds them gone or bound
 // elsewhere: a refresh reads them although the cache does not list them yet. An entry lives from
 // a bind to the claim's next pass (the bind's own event brings one), so the memory holds the
-// binds in flight; a claim that goes forgets its own.
+// binds in flight; a claim that goes forgets its own, and an entry expires after ownWriteTTL as
+// the write tracker's do (a freshness.Memory, docs/design.md#the-freshness-kit).
 type bindMemory struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName][]string
+	mem freshness.Memory[types.NamespacedName, []string]
 }
 
-func (b *bindMemory) bound(claim types.NamespacedName, address string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !slices.Contains(b.m[claim], address) {
-		b.m[claim] = append(b.m[claim], address)
-	}
+func newBindMemory() *bindMemory {
+	return &bindMemory{mem: freshness.Memory[types.NamespacedName, []string]{TTL: ownWriteTTL}}
 }
 
-func (b *bindMemory) of(claim types.NamespacedName) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.m[claim])
+func (b *bindMemory) bound(claim types.NamespacedName, address string, now time.Time) {
+	b.mem.Update(claim, now, func(names []string, _ bool) ([]string, bool) {
+		if !slices.Contains(names, address) {
+			names = append(slices.Clone(names), address)
+		}
+		return names, true
+	})
+}
+
+func (b *bindMemory) of(claim types.NamespacedName, now time.Time) []string {
+	names, _ := b.mem.Get(claim, now)
+	return slices.Clone(names)
 }
 
 // observed drops the addresses the cache lists for the claim.
-func (b *bindMemory) observed(claim types.NamespacedName, cached []ipamv1.IPAddress) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	names := b.m[claim]
-	if len(names) == 0 {
-		return
-	}
-	names = slices.DeleteFunc(names, func(n string) bool {
+func (b *bindMemory) observed(claim types.NamespacedName, cached []ipamv1.IPAddress, now time.Time) {
+	b.drop(claim, now, func(n string) bool {
 		return slices.ContainsFunc(cached, func(a ipamv1.IPAddress) bool { return a.Name == n })
 	})
-	b.set(claim, names)
 }
 
 // gone drops an address the apiserver shows gone or no longer naming the claim.
-func (b *bindMemory) gone(claim types.NamespacedName, address string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.set(claim, slices.DeleteFunc(b.m[claim], func(n string) bool { return n == address }))
+func (b *bindMemory) gone(claim types.NamespacedName, address string, now time.Time) {
+	b.drop(claim, now, func(n string) bool { return n == address })
 }
 
-func (b *bindMemory) forget(claim types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.m, claim)
-}
+func (b *bindMemory) forget(claim types.NamespacedName) { b.mem.Delete(claim) }
 
-func (b *bindMemory) set(claim types.NamespacedName, names []string) {
-	if len(names) == 0 {
-		delete(b.m, claim)
-		return
-	}
-	b.m[claim] = names
+// drop removes the claim's addresses del picks, and the claim's entry once it is empty.
+func (b *bindMemory) drop(claim types.NamespacedName, now time.Time, del func(string) bool) {
+	b.mem.Update(claim, now, func(names []string, ok bool) ([]string, bool) {
+		names = slices.DeleteFunc(slices.Clone(names), del)
+		return names, len(names) > 0
+	})
 }
 
 func (r *ClaimReconciler) bindMemory() *bindMemory {
-	r.bindsOnce.Do(func() { r.binds = &bindMemory{m: map[types.NamespacedName][]string{}} })
+	r.memOnce.Do(r.initMemory)
 	return r.binds
 }
 
@@ -100,7 +91,7 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.writes.wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
+		r.ownWrites().Wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
 	}
 	kept := p.sorted.kept
 	for _, plan := range p.plans {
@@ -192,8 +183,8 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *ipamv1.IPAddressClaim
 		}
 		return nil, err
 	}
-	r.bindMemory().bound(client.ObjectKeyFromObject(claim), a.Name)
-	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
+	r.bindMemory().bound(client.ObjectKeyFromObject(claim), a.Name, r.now())
+	r.ownWrites().Wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
 	return a, nil
 }
 
@@ -203,7 +194,7 @@ func (r *ClaimReconciler) completeUID(ctx context.Context, claim *ipamv1.IPAddre
 	if err := r.Client.Patch(ctx, a, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
+	r.ownWrites().Wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
 	return nil
 }
 
@@ -216,7 +207,7 @@ func (r *ClaimReconciler) unbindSurplus(ctx context.Context, claim *ipamv1.IPAdd
 		}
 		return err
 	}
-	r.writes.wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
+	r.ownWrites().Wrote(addressWriteKey(a.Name), a.ResourceVersion, r.now())
 	r.Recorder.Eventf(claim, a, corev1.EventTypeNormal, "SurplusAddressReleased", "Unbind",
 		"IPAddress %s (%s) was a second address for one family; made it Available again", a.Name, a.Spec.Address)
 	return nil
@@ -234,7 +225,7 @@ func (r *ClaimReconciler) writeStatus(ctx context.Context, claim *ipamv1.IPAddre
 	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
-	r.writes.wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
+	r.ownWrites().Wrote(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, r.now())
 	r.claimTransition(orig, claim)
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 )
@@ -45,10 +46,10 @@ type ClaimReconciler struct {
 	announce *driverkit.Announcer
 	once     sync.Once
 	// binds are the addresses this controller bound that the cache does not show yet (refresh).
-	binds     *bindMemory
-	bindsOnce sync.Once
+	binds *bindMemory
 	// writes are this controller's writes the cache may not show yet (own_writes.go).
-	writes ownWrites
+	writes  *freshness.WriteTracker[string]
+	memOnce sync.Once
 	// progress is when claims of each class last became Bound (class_progress.go).
 	progress classProgress
 	// limitLocks serialize, per namespace and class (striped), the passes that ask for addresses
@@ -156,7 +157,7 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		if apierrors.IsNotFound(err) {
 			r.announcer().Forget(req.NamespacedName)
 			r.bindMemory().forget(req.NamespacedName)
-			r.writes.forget(claimWriteKey(req.Namespace, req.Name))
+			r.ownWrites().Forget(claimWriteKey(req.Namespace, req.Name))
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -167,13 +168,13 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.Client.List(ctx, &refs, client.MatchingFields{index.AddressByClaim: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.bindMemory().observed(req.NamespacedName, refs.Items)
+	r.bindMemory().observed(req.NamespacedName, refs.Items, r.now())
 	sorted := sortClaimAddresses(&claim, refs.Items)
 	pass, err := r.decide(ctx, &claim, sorted)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if all := pass.binds(); all || (pass.writes() && !r.mayWriteFromCache(&claim, refs.Items, &pass, r.bindMemory().of(req.NamespacedName))) {
+	if all := pass.binds(); all || (pass.writes() && !r.mayWriteFromCache(&claim, refs.Items, &pass, r.bindMemory().of(req.NamespacedName, r.now()))) {
 		// A write is due that the cache may not be trusted for: decide again on the apiserver's
 		// view of the claim and of its addresses. A decision from a lagging cache could bind a
 		// second address, or turn a Bound claim Lost or change its addresses

@@ -54,13 +54,13 @@ func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressCl
 	for _, a := range live.Status.Addresses {
 		names = append(names, a.Name)
 	}
-	names = append(names, r.bindMemory().of(key)...)
+	names = append(names, r.bindMemory().of(key, r.now())...)
 	slices.Sort(names)
 	addrs := make([]ipamv1.IPAddress, 0, len(names))
 	for _, name := range slices.Compact(names) {
 		var a ipamv1.IPAddress
 		if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, &a); apierrors.IsNotFound(err) {
-			r.bindMemory().gone(key, name)
+			r.bindMemory().gone(key, name, r.now())
 			continue
 		} else if err != nil {
 			return false, err
@@ -68,7 +68,7 @@ func (r *ClaimReconciler) refresh(ctx context.Context, claim *ipamv1.IPAddressCl
 		if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace == live.Namespace && ref.Name == live.Name {
 			addrs = append(addrs, a)
 		} else {
-			r.bindMemory().gone(key, name)
+			r.bindMemory().gone(key, name, r.now())
 		}
 	}
 	*claim = live

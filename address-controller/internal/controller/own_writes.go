@@ -2,15 +2,15 @@ package controller
 
 import (
 	"slices"
-	"sync"
 	"time"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 )
 
-// ownWrites remembers the resourceVersion of this controller's last write of each claim and
-// address until the cache shows it (docs/design.md#a-view-that-includes-your-own-writes).
+// The claim reconciler remembers the resourceVersion of its last write of each claim and address
+// until the cache shows it (a freshness.WriteTracker, docs/design.md#the-freshness-kit), and the
+// addresses it bound per claim (bindMemory, claim_binding.go).
 // A claim pass whose cached claim and addresses already show every write this controller made to
 // them decides from the cache; one that lags reads them from the apiserver first (refresh).
 // Reading always, before every write, cost the apiserver a read per write (at 10,000 claims,
@@ -22,19 +22,8 @@ import (
 // trusted only for the finalizer and stamp and for a status that keeps the claim's phase and
 // addresses (mayWriteFromCache): never for a bind, an unbind, a UID completion, a status that
 // changes the phase or the addresses, nor while an address the claim's status names is missing
-// from the cache. An entry the cache does not confirm within
-// ownWriteTTL (the object went, or the cache is far behind) asks for one read from the apiserver
-// and is dropped.
-type ownWrites struct {
-	mu      sync.Mutex
-	m       map[string]ownWrite
-	sweepAt int
-}
-
-type ownWrite struct {
-	rv string
-	at time.Time
-}
+// from the cache. An entry the cache does not confirm within ownWriteTTL (the object went, or the
+// cache is far behind) asks for one read from the apiserver and is dropped.
 
 // ownWriteTTL bounds an entry's life: far longer than a cache lags behind its apiserver.
 const ownWriteTTL = 10 * time.Minute
@@ -42,54 +31,15 @@ const ownWriteTTL = 10 * time.Minute
 func claimWriteKey(namespace, name string) string { return "claim/" + namespace + "/" + name }
 func addressWriteKey(name string) string          { return "address/" + name }
 
-// wrote records a write that left the object at resourceVersion rv.
-func (w *ownWrites) wrote(key, rv string, now time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[string]ownWrite{}
-	}
-	w.m[key] = ownWrite{rv: rv, at: now}
-	if len(w.m) >= w.sweepAt {
-		for k, e := range w.m {
-			if now.Sub(e.at) > 2*ownWriteTTL { // (past ownWriteTTL, a pass reads once: shows)
-				delete(w.m, k)
-			}
-		}
-		w.sweepAt = max(2*len(w.m), 1024)
-	}
+// ownWrites is the tracker of this controller's writes (own_writes.go).
+func (r *ClaimReconciler) ownWrites() *freshness.WriteTracker[string] {
+	r.memOnce.Do(r.initMemory)
+	return r.writes
 }
 
-// shows reports whether an object the cache holds at resourceVersion cached shows this
-// controller's last write of it (or there is none to show), and forgets a write it shows.
-func (w *ownWrites) shows(key, cached string, now time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e, ok := w.m[key]
-	if !ok {
-		return true
-	}
-	if driverkit.RVAtLeast(cached, e.rv) {
-		delete(w.m, key)
-		return true
-	}
-	if now.Sub(e.at) > ownWriteTTL {
-		delete(w.m, key) // unconfirmed for long: read once, then trust the cache again
-	}
-	return false
-}
-
-// forget drops an object's entry (it is gone).
-func (w *ownWrites) forget(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.m, key)
-}
-
-func (w *ownWrites) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
+func (r *ClaimReconciler) initMemory() {
+	r.writes = freshness.NewWriteTracker[string](ownWriteTTL)
+	r.binds = newBindMemory()
 }
 
 // mayWriteFromCache says whether a pass (which does not bind) may write what it decided from
@@ -122,9 +72,10 @@ func (r *ClaimReconciler) cacheShowsOwnWrites(claim *ipamv1.IPAddressClaim, cach
 		return false
 	}
 	now := r.now()
-	ok := r.writes.shows(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, now)
+	writes := r.ownWrites()
+	ok := writes.Shows(claimWriteKey(claim.Namespace, claim.Name), claim.ResourceVersion, now)
 	for i := range cached {
-		ok = r.writes.shows(addressWriteKey(cached[i].Name), cached[i].ResourceVersion, now) && ok
+		ok = writes.Shows(addressWriteKey(cached[i].Name), cached[i].ResourceVersion, now) && ok
 	}
 	return ok
 }

@@ -111,28 +111,34 @@ func TestClaimPassesReadTheirAddressesByName(t *testing.T) {
 // The memory of this controller's binds keeps an address until the cache lists it for the claim
 // or the apiserver shows it gone or bound elsewhere, and forgets a claim that went.
 func TestBindMemory(t *testing.T) {
-	m := &bindMemory{m: map[types.NamespacedName][]string{}}
+	m := newBindMemory()
+	now := time.Unix(1000, 0)
 	c, other := types.NamespacedName{Namespace: "t", Name: "c"}, types.NamespacedName{Namespace: "t", Name: "d"}
-	m.bound(c, "ip-a")
-	m.bound(c, "ip-b")
-	m.bound(c, "ip-a")
-	m.bound(other, "ip-c")
-	if got := m.of(c); !slices.Equal(got, []string{"ip-a", "ip-b"}) {
+	m.bound(c, "ip-a", now)
+	m.bound(c, "ip-b", now)
+	m.bound(c, "ip-a", now)
+	m.bound(other, "ip-c", now)
+	if got := m.of(c, now); !slices.Equal(got, []string{"ip-a", "ip-b"}) {
 		t.Fatalf("remembered %v", got)
 	}
-	m.observed(c, []ipamv1.IPAddress{{ObjectMeta: metav1.ObjectMeta{Name: "ip-a"}}})
-	if got := m.of(c); !slices.Equal(got, []string{"ip-b"}) {
+	m.observed(c, []ipamv1.IPAddress{{ObjectMeta: metav1.ObjectMeta{Name: "ip-a"}}}, now)
+	if got := m.of(c, now); !slices.Equal(got, []string{"ip-b"}) {
 		t.Fatalf("after the cache listed ip-a: %v", got)
 	}
-	m.gone(c, "ip-b")
-	if got := m.of(c); len(got) != 0 {
+	m.gone(c, "ip-b", now)
+	if got := m.of(c, now); len(got) != 0 {
 		t.Fatalf("after ip-b was seen gone: %v", got)
 	}
-	if _, ok := m.m[c]; ok {
+	if m.mem.Len() != 1 {
 		t.Fatal("an empty entry is kept")
 	}
 	m.forget(other)
-	if len(m.m) != 0 {
-		t.Fatalf("left %v", m.m)
+	if m.mem.Len() != 0 {
+		t.Fatalf("%d entries left", m.mem.Len())
+	}
+	// A bind the cache never shows is forgotten with the write tracker's entries.
+	m.bound(c, "ip-e", now)
+	if got := m.of(c, now.Add(ownWriteTTL+time.Second)); len(got) != 0 {
+		t.Fatalf("a bind outlived ownWriteTTL: %v", got)
 	}
 }

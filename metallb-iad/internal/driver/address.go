@@ -211,9 +211,6 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 		if apierrors.IsNotFound(err) {
 			d.announce.Forget(req.NamespacedName)
 			d.memory.Forget(req.Name)
-			if d.eventSweepOff.Load() {
-				return reconcile.Result{}, nil
-			}
 			return reconcile.Result{}, d.sweepHolds(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
@@ -271,7 +268,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*pla
 	if len(v.Holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 		for _, h := range v.Holds {
-			d.expect.Observed(relabelledKey(string(h.UID)))
+			d.written.Forget(relabelledKey(string(h.UID)))
 		}
 	} else {
 		_, v.HoldExpected = d.expect.Pending(holdKey(a.Name), v.Now)
@@ -316,12 +313,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*pla
 // (docs/design.md#a-view-that-includes-your-own-writes: no decision on a cached object this driver
 // has just written, and no write refused for a stale resourceVersion).
 func (d *Driver) freshAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1.IPAddress, error) {
-	rv, ok := d.expect.Pending(writtenKey(a.Name), d.now())
-	if !ok {
-		return a, nil
-	}
-	if driverkit.RVAtLeast(a.ResourceVersion, rv) {
-		d.expect.Observed(writtenKey(a.Name))
+	if d.written.Shows(writtenKey(a.Name), a.ResourceVersion, d.now()) {
 		return a, nil
 	}
 	var f ipamv1.IPAddress
@@ -333,7 +325,7 @@ func (d *Driver) freshAddress(ctx context.Context, a *ipamv1.IPAddress) (*ipamv1
 
 // wroteAddress records a write of the address (its new resourceVersion) until the cache shows it.
 func (d *Driver) wroteAddress(a *ipamv1.IPAddress) {
-	d.expect.Expect(writtenKey(a.Name), a.ResourceVersion, d.now())
+	d.written.Wrote(writtenKey(a.Name), a.ResourceVersion, d.now())
 }
 
 // doubtful: the plan creates a hold, clears a stale ingress, or raises a Conflict (or names

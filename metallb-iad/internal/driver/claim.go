@@ -54,9 +54,6 @@ func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconc
 
 // reconcileClaim: snapshot → PlanProvision → writes.
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if drop := d.dropClaim.Load(); drop != nil && *drop == req.String() {
-		return reconcile.Result{}, nil
-	}
 	v, err := d.provisionSnapshot(ctx, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -207,7 +204,7 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 		if err != nil {
 			return "", err
 		}
-		if _, relabelled := d.expect.Pending(relabelledKey(string(s.UID)), d.now()); relabelled {
+		if !d.written.Shows(relabelledKey(string(s.UID)), s.ResourceVersion, d.now()) {
 			continue // a hold since this driver's relabel, whatever the cache still shows
 		}
 		if s.Labels[plan.LabelRole] == plan.RoleProvisioning && s.Labels[plan.LabelClaimUID] == uid {
@@ -360,7 +357,7 @@ func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
 		return err
 	}
 	d.expect.Expect(holdKey(h.Address), s.Name, d.now())
-	d.expect.Expect(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
+	d.written.Wrote(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
 	return nil
 }
 
@@ -371,11 +368,8 @@ func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
 func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []*corev1.Service {
 	out := placeholders[:0:0]
 	for _, s := range placeholders {
-		if rv, ok := d.expect.Pending(relabelledKey(string(s.UID)), now); ok {
-			if !driverkit.RVAtLeast(s.ResourceVersion, rv) {
-				continue
-			}
-			d.expect.Observed(relabelledKey(string(s.UID)))
+		if !d.written.Shows(relabelledKey(string(s.UID)), s.ResourceVersion, now) {
+			continue
 		}
 		out = append(out, s)
 	}

@@ -7,19 +7,21 @@ package driver
 import (
 	"context"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	projectmanager "github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
@@ -61,6 +63,14 @@ type Driver struct {
 	NoParking bool
 	// Metrics, when set, receives the driver's metrics.
 	Metrics *Metrics
+	// ExpectFor is how long the driver awaits its cache showing its own writes (the objects it
+	// created or deleted, the resourceVersions its writes left) before it stops waiting on them
+	// (docs/design.md#the-freshness-kit). A minute when zero; negative: it never waits, and every
+	// pass decides from the cache as it is.
+	ExpectFor time.Duration
+	// NewQueue, when set, makes each controller's work queue: controller-runtime's option of the
+	// same name (its default queue when nil), for a queue that observes or shapes the work.
+	NewQueue func(controllerName string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
 	// (an address gone, or deleted and past teardown) whose event was missed. A minute when zero.
 	SweepEvery time.Duration
@@ -70,18 +80,14 @@ type Driver struct {
 	// the driver's own writes.
 	reader   client.Reader
 	announce *driverkit.Announcer
-	expect   *expectations
+	// expect and written are what the driver awaits its cache showing (expectations.go).
+	expect  *freshness.Expectations[string, string]
+	written *freshness.WriteTracker[string]
 	// memory is what the driver remembers of MetalLB per address (memory.go).
 	memory *plan.MetallbMemory
 	// progress is how far MetalLB has got through its work (progress.go).
 	progress *metallbProgress
 	now      func() time.Time
-	// eventSweepOff turns off the sweep an address's NotFound pass makes (tests of the
-	// periodic sweep alone).
-	eventSweepOff atomic.Bool
-	// dropClaim, when set, is a claim key ("namespace/name") whose passes are dropped as if
-	// their events were lost (tests of the periodic sweep).
-	dropClaim atomic.Pointer[string]
 	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
 	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
 	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]
@@ -91,7 +97,11 @@ type Driver struct {
 func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.client, d.reader = mgr.GetClient(), mgr.GetAPIReader()
 	d.announce = &driverkit.Announcer{Recorder: mgr.GetEventRecorder("metallb-iad")}
-	d.expect = newExpectations(time.Minute)
+	if d.ExpectFor == 0 {
+		d.ExpectFor = time.Minute
+	}
+	d.expect = freshness.NewExpectations[string, string](d.ExpectFor)
+	d.written = freshness.NewWriteTracker[string](d.ExpectFor)
 	d.now = time.Now
 	if d.NudgeAfter == 0 {
 		d.NudgeAfter = 3 * time.Second
@@ -142,7 +152,9 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 // every scheduled re-check (docs/design.md#nothing-waits-on-an-event-alone), instead of client-go's
 // default of about 17 minutes.
 func (d *Driver) controllerOptions() controller.Options {
-	return projectmanager.ControllerOptions(d.Workers)
+	o := projectmanager.ControllerOptions(d.Workers)
+	o.NewQueue = d.NewQueue
+	return o
 }
 
 func (d *Driver) emit(ctx context.Context, evs []plan.Event) {

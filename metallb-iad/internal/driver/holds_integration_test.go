@@ -10,7 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -235,13 +237,13 @@ func TestPlaceholderLookupsKeepToTheDriversNamespace(t *testing.T) {
 }
 
 // Finding 7: an orphaned hold whose events the driver missed is swept by the periodic sweep
-// (here the sweep on an address's events is turned off, as if they had been lost).
+// (here the address controller loses every request for the hold's address, as if its events had
+// been lost: no pass of the address, which would sweep it, runs).
 func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	testDriver.eventSweepOff.Store(true)
-	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
 	ip := netip.MustParseAddr("198.51.100.251")
+	lostEvents.lose(t, "metallb-iad-address", reconcile.Request{NamespacedName: types.NamespacedName{Name: ipamv1.AddressName(ip)}})
 	orphan := plan.HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -48,8 +50,8 @@ func TestReleaseServiceIsNeverTakenForAHold(t *testing.T) {
 func TestLeftoverReleaseServiceIsSwept(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
-	testDriver.eventSweepOff.Store(true)
-	t.Cleanup(func() { testDriver.eventSweepOff.Store(false) })
+	// Its address's events are lost (no pass of the address, which would sweep it, runs).
+	lostEvents.lose(t, "metallb-iad-address", reconcile.Request{NamespacedName: types.NamespacedName{Name: "ip-203-0-113-254"}})
 	rel := plan.ReleaseService(testDriverNS, "claim-000000000000-v4", "ip-203-0-113-254")
 	if err := admin.Create(ctx, rel); err != nil {
 		t.Fatal(err)

@@ -212,7 +212,7 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 	if apierrors.IsNotFound(err) {
 		// Gone, or replaced under its name since the cache saw it: look again once the cache
 		// shows what is there now (docs/design.md#nothing-waits-on-an-event-alone).
-		d.expect.Observed(serviceWrittenKey(string(svc.UID)))
+		d.written.Forget(serviceWrittenKey(string(svc.UID)))
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -229,13 +229,7 @@ func (d *Driver) reconcileService(ctx context.Context, req reconcile.Request) (r
 // version (read uncached), else the cached one: a pass never decides from a copy its own pin,
 // unpin or parking write has made stale (docs/design.md#a-view-that-includes-your-own-writes).
 func (d *Driver) freshService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
-	key := serviceWrittenKey(string(svc.UID))
-	rv, ok := d.expect.Pending(key, d.now())
-	if !ok {
-		return svc, nil
-	}
-	if driverkit.RVAtLeast(svc.ResourceVersion, rv) {
-		d.expect.Observed(key)
+	if d.written.Shows(serviceWrittenKey(string(svc.UID)), svc.ResourceVersion, d.now()) {
 		return svc, nil
 	}
 	var f corev1.Service
@@ -255,7 +249,7 @@ func (d *Driver) wroteService(s *corev1.Service) {
 	if d.ownService(s) {
 		return
 	}
-	d.expect.Expect(serviceWrittenKey(string(s.UID)), s.ResourceVersion, d.now())
+	d.written.Wrote(serviceWrittenKey(string(s.UID)), s.ResourceVersion, d.now())
 }
 
 func (d *Driver) attachSnapshot(ctx context.Context, svc *corev1.Service) (plan.AttachView, error) {

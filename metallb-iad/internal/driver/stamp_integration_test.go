@@ -7,7 +7,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -79,16 +81,14 @@ func TestPeriodicSweepRetiresAPlaceholderWhoseClaimEventWasMissed(t *testing.T) 
 	s := plan.ProvisioningService(testDriverNS, plan.ProvisioningName("gone-uid", ipamv1.IPv4, 0), claim, ipamv1.IPv4, "nowhere")
 	// Its own events are lost: every pass of its claim is dropped until the placeholder is
 	// older than a sweep period, so that only the sweep can bring the claim back.
-	key := "nowhere/gone"
-	testDriver.dropClaim.Store(&key)
-	t.Cleanup(func() { testDriver.dropClaim.Store(nil) })
+	found := lostEvents.lose(t, "metallb-iad-claim", reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "nowhere", Name: "gone"}})
 	if err := admin.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	consistently(t, min(2*sweepEvery(), 5*time.Second), "the placeholder to stay while its claim's pass is held back", func() (bool, error) {
 		return true, admin.Get(ctx, client.ObjectKeyFromObject(s), s)
 	})
-	testDriver.dropClaim.Store(nil)
+	found()
 	eventually(t, "the periodic sweep to bring the claim back and its pass to retire the placeholder", func() (bool, error) {
 		err := admin.Get(ctx, client.ObjectKeyFromObject(s), s)
 		return err != nil && client.IgnoreNotFound(err) == nil, nil

@@ -34,7 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
@@ -272,14 +272,12 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery(),
-		NotServedAfter: notServedAfter()}
+		NotServedAfter: notServedAfter(), ExpectFor: expectFor(), NewQueue: lostEvents.newQueue}
 	testDriver = d
 	testCache = mgr.GetCache()
 	if err := d.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
-	// TEST_NO_EXPECTATIONS shows the tests of the expectations failing without them.
-	d.expect.off = os.Getenv("TEST_NO_EXPECTATIONS") != ""
 	go func() { _ = mgr.Start(ctx) }()
 	return m.Run()
 }
@@ -292,6 +290,15 @@ func notServedAfter() time.Duration {
 		return d
 	}
 	return 10 * time.Second
+}
+
+// expectFor is the test driver's ExpectFor: the default, or none with $TEST_NO_EXPECTATIONS (it
+// shows the tests of the expectations failing without them).
+func expectFor() time.Duration {
+	if os.Getenv("TEST_NO_EXPECTATIONS") != "" {
+		return -1
+	}
+	return 0
 }
 
 // sweepEvery is the test driver's orphan-sweep period: a second, or $TEST_SWEEP_EVERY (an hour
@@ -352,7 +359,7 @@ func settledOn(t *testing.T, obj client.Object) {
 		if err := testCache.Get(ctx, key, seen); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return driverkit.RVAtLeast(seen.GetResourceVersion(), want), nil
+		return freshness.RVAtLeast(seen.GetResourceVersion(), want), nil
 	})
 	idleTwice := 0
 	eventuallyWithin(t, time.Minute, "the driver's controllers to finish their work", func() (bool, error) {

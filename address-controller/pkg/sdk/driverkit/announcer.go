@@ -17,7 +17,9 @@ const DefaultAnnouncerCapacity = 10000
 
 // Announcer emits an event about a lasting condition once, and again only when its message
 // changes. What it said is remembered per object (by namespace/name, reset when the uid
-// changes) and per reason; the memory is bounded and forgotten with the object.
+// changes) and per reason; the memory is bounded and forgotten with the object. It is not a
+// freshness.Memory: it expires nothing on a clock and keeps an index of its topics
+// (docs/design.md#the-freshness-kit).
 type Announcer struct {
 	Recorder events.EventRecorder
 	// Capacity bounds the objects remembered (DefaultAnnouncerCapacity when zero). Past it the

@@ -25,6 +25,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 )
 
@@ -42,10 +43,14 @@ type Driver struct {
 	mu     sync.Mutex
 	// provisioned counts the addresses created, for tests.
 	provisioned int
-	// inFlight records, per claim uid and family, when the driver last created an address, so a
-	// pass that runs before the cache shows the new address does not create a second one.
-	inFlight map[string]time.Time
+	// inFlight expects, per claim uid and family, the address the driver last created, so a pass
+	// that runs before the cache shows the new address does not create a second one
+	// (docs/design.md#the-freshness-kit).
+	inFlight *freshness.Expectations[string, struct{}]
 }
+
+// inFlightFor is how long a created address is awaited in the cache.
+const inFlightFor = 10 * time.Second
 
 // Finalizer is the driver's teardown finalizer on the addresses it creates.
 func (d *Driver) Finalizer() string { return "teardown." + d.Name }
@@ -60,6 +65,7 @@ func (d *Driver) Provisioned() int {
 // SetupWithManager registers the driver's three controllers.
 func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.client = mgr.GetClient()
+	d.inFlight = freshness.NewExpectations[string, struct{}](inFlightFor)
 	if d.RegisterIndexes {
 		if err := index.Setup(ctx, mgr); err != nil {
 			return err
@@ -124,17 +130,17 @@ func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (rec
 	for _, fam := range claim.Spec.Family.Families() {
 		key := string(claim.UID) + "/" + string(fam)
 		if have[fam] {
-			d.forget(key)
+			d.inFlight.Observed(key)
 			continue
 		}
-		if d.recentlyProvisioned(key) {
+		if _, ok := d.inFlight.Pending(key, time.Now()); ok {
 			// The address exists but the cache has not shown it yet: wait for its event.
 			return reconcile.Result{RequeueAfter: time.Second}, nil
 		}
 		if err := d.provision(ctx, &claim, class, fam); err != nil {
 			return reconcile.Result{}, err
 		}
-		d.remember(key)
+		d.inFlight.Expect(key, struct{}{}, time.Now())
 	}
 	return reconcile.Result{}, nil
 }
@@ -180,26 +186,4 @@ func (d *Driver) reconcileAddress(ctx context.Context, req reconcile.Request) (r
 	// here, before its finalizer goes.
 	_, err := driverkit.RemoveFinalizer(ctx, d.client, &a, d.Finalizer())
 	return reconcile.Result{}, err
-}
-
-func (d *Driver) remember(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inFlight == nil {
-		d.inFlight = map[string]time.Time{}
-	}
-	d.inFlight[key] = time.Now()
-}
-
-func (d *Driver) forget(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.inFlight, key)
-}
-
-func (d *Driver) recentlyProvisioned(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	t, ok := d.inFlight[key]
-	return ok && time.Since(t) < 10*time.Second
 }
