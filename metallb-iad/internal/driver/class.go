@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -96,4 +98,25 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
 	}
 	return reconcile.Result{}, nil
+}
+
+// ownClass passes only events of this driver's classes.
+func ownClass() predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool {
+		c, ok := o.(*ipamv1.IPAddressClass)
+		return ok && c.Spec.Provisioner == plan.Provisioner
+	})
+}
+
+// classChanged passes an update of a class only when its spec (generation), its acceptance or its
+// deletion changed.
+func classChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*ipamv1.IPAddressClass), e.ObjectNew.(*ipamv1.IPAddressClass)
+		if o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
+			return true
+		}
+		return meta.IsStatusConditionTrue(o.Status.Conditions, ipamv1.ConditionAccepted) !=
+			meta.IsStatusConditionTrue(n.Status.Conditions, ipamv1.ConditionAccepted)
+	}}
 }

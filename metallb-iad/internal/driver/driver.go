@@ -6,18 +6,13 @@ package driver
 
 import (
 	"context"
-	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
@@ -32,12 +27,18 @@ import (
 // plan.PlanAttach, plan.ClassVerdict; table-tested and fuzzed there), and apply them in the
 // documented crash-safe order. Package plan imports no client (the linter's depguard rule).
 //
+// One reconciler per watched kind; its file (_reconciler.go) holds the watches and the reconcile
+// function (snapshot, plan, apply), its _snapshot.go the reads, its _apply.go the writes:
+//
 //   - class.go        classes: Accepted (or refused) from the pool they name.
-//   - claim.go        provisioning: placeholders for a stamped claim, the IPAddress once MetalLB
+//   - claim_*.go      provisioning: placeholders for a stamped claim, the IPAddress once MetalLB
 //                     served one.
-//   - address.go      addresses: the hold invariant, Lost, Conflict, ending dead attachments,
+//   - address_*.go    addresses: the hold invariant, Lost, Conflict, ending dead attachments,
 //                     and teardown once the core let go; release.go, MetalLB's kept names.
-//   - service.go      tenant Services: attach to a linked claim's addresses, detach.
+//   - service_*.go    tenant Services: attach to a linked claim's addresses, detach.
+//
+// writes.go holds what they share (fresh reads of what this driver just wrote, its own Services'
+// deletes and nudges), sweeps.go the periodic sweep, setup.go the wiring.
 
 // Driver is the MetalLB driver's set of controllers.
 type Driver struct {
@@ -91,61 +92,6 @@ type Driver struct {
 	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
 	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
 	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]
-}
-
-// SetupWithManager registers the indexes and every controller of the driver.
-func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	d.client, d.reader = mgr.GetClient(), mgr.GetAPIReader()
-	d.announce = &driverkit.Announcer{Recorder: mgr.GetEventRecorder("metallb-iad")}
-	if d.ExpectFor == 0 {
-		d.ExpectFor = time.Minute
-	}
-	d.expect = freshness.NewExpectations[string, string](d.ExpectFor)
-	d.written = freshness.NewWriteTracker[string](d.ExpectFor)
-	d.now = time.Now
-	if d.NudgeAfter == 0 {
-		d.NudgeAfter = 3 * time.Second
-	}
-	if d.ReleaseFor == 0 {
-		d.ReleaseFor = plan.DefaultReleaseFor
-	}
-	if d.ReleaseAfter == 0 {
-		d.ReleaseAfter = plan.DefaultReleaseAfter
-	}
-	if d.NotServedAfter == 0 {
-		d.NotServedAfter = plan.DefaultNotServedAfter
-	}
-	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
-	d.memory = plan.NewMetallbMemory()
-	d.progress = &metallbProgress{namespace: d.Namespace, now: func() time.Time { return d.now() }}
-	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
-	if err != nil {
-		return err
-	}
-	if _, err := services.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    d.progress.see,
-		UpdateFunc: func(_, o any) { d.progress.see(o) },
-	}); err != nil {
-		return err
-	}
-	if d.SweepEvery == 0 {
-		d.SweepEvery = driverkit.MaxRecheck
-	}
-	if err := mgr.Add(manager.RunnableFunc(d.sweepPeriodically)); err != nil {
-		return err
-	}
-	if d.Metrics == nil {
-		d.Metrics = NewMetrics(mgr.GetCache(), d.Namespace, d.MetalLBNamespace)
-	}
-	if err := setupIndexes(ctx, mgr, d.Namespace); err != nil {
-		return err
-	}
-	for _, setup := range []func(ctrl.Manager) error{d.setupClasses, d.setupClaims, d.setupAddresses, d.setupServices} {
-		if err := setup(mgr); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // controllerOptions are the project's (pkg/sdk/manager): the failure backoff is capped at a minute like

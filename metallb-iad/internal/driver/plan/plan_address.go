@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -137,21 +138,91 @@ type AddressPlan struct {
 	Requeue time.Duration
 }
 
+// addressPart is one sub-planner's share of an address plan, returned as a value: its writes,
+// events and re-check, and the conditions it sets on the address. PlanAddress composes the parts
+// in order (with).
+type addressPart struct {
+	AddressPlan
+	// conds are the conditions the part sets on the address's status, in order.
+	conds []condition
+	// detached: the attachment of a Service that is gone ends (status.AttachedTo).
+	detached bool
+	// requeueAlone: the part's re-check replaces the ones composed before it instead of joining
+	// them (the hold's and the adoption's own schedules).
+	requeueAlone bool
+}
+
+// condition is a condition of the address's status a part sets (SetCondition).
+type condition struct {
+	typ             string
+	ok              bool
+	reason, message string
+}
+
+// set returns the part with one more condition set.
+func (p addressPart) set(typ string, ok bool, reason, message string) addressPart {
+	p.conds = append(slices.Clip(p.conds), condition{typ: typ, ok: ok, reason: reason, message: message})
+	return p
+}
+
+// with composes part q after p: q's writes and events follow p's, its conditions are set after
+// p's, its re-check joins p's (or replaces it, requeueAlone). Of the holds touched, p's nudge
+// stands (a release's touch is the hold's nudge when there is one); of the memories of the wait
+// unserved, q's is the newer.
+func (p addressPart) with(q addressPart) addressPart {
+	p.AddFinalizer = p.AddFinalizer || q.AddFinalizer
+	p.RemoveFinalizer = p.RemoveFinalizer || q.RemoveFinalizer
+	p.DeleteHolds = join(p.DeleteHolds, q.DeleteHolds)
+	p.CreateHold = cmp.Or(p.CreateHold, q.CreateHold)
+	p.PinHold = cmp.Or(p.PinHold, q.PinHold)
+	p.Nudge = cmp.Or(p.Nudge, q.Nudge)
+	p.ClearIngress = join(p.ClearIngress, q.ClearIngress)
+	p.Release.Create = join(p.Release.Create, q.Release.Create)
+	p.Release.Remove = join(p.Release.Remove, q.Release.Remove)
+	p.Release.Wait = cmp.Or(q.Release.Wait, p.Release.Wait)
+	p.Release.Forget = p.Release.Forget || q.Release.Forget
+	p.Unserved = cmp.Or(q.Unserved, p.Unserved)
+	p.Events = join(p.Events, q.Events)
+	p.Unsay = join(p.Unsay, q.Unsay)
+	p.conds = join(p.conds, q.conds)
+	p.detached = p.detached || q.detached
+	if q.requeueAlone {
+		p.Requeue = q.Requeue
+	} else {
+		p.Requeue = driverkit.Sooner(p.Requeue, q.Requeue)
+	}
+	return p
+}
+
+// join is a followed by b (b itself when a is nil).
+func join[T any](a, b []T) []T {
+	if a == nil {
+		return b
+	}
+	return append(slices.Clip(a), b...)
+}
+
+// statusOf is the address's status with the part's changes.
+func (p addressPart) statusOf(a *ipamv1.IPAddress) *ipamv1.IPAddressStatus {
+	status := a.Status.DeepCopy()
+	if p.detached {
+		status.AttachedTo = nil
+	}
+	for _, c := range p.conds {
+		SetCondition(a, status, c.typ, c.ok, c.reason, c.message)
+	}
+	return status
+}
+
 // PlanAddress decides the writes for one address: teardown once the core let go, else the
 // hold invariant (exactly one placeholder pinned to an address not attached to a live Service),
 // Lost, Conflict, and the end of an attachment whose Service is gone.
 func PlanAddress(v AddressView) AddressPlan {
-	var p AddressPlan
+	var p addressPart
 	a := v.Addr
 	ours := v.Class != nil && v.Class.Spec.Provisioner == Provisioner
 	if a.DeletionTimestamp != nil {
 		if driverkit.TeardownMayStart(a) {
-			if !slices.Contains(a.Finalizers, Finalizer) {
-				// Torn down already (or our finalizer was removed by hand): a hold left over,
-				// for instance one labelled while the address was going, ends too.
-				p.DeleteHolds = v.Holds
-				return p
-			}
 			return planTeardown(v)
 		}
 		// The core still protects the address (Bound to a live claim), even if our finalizer
@@ -161,22 +232,52 @@ func PlanAddress(v AddressView) AddressPlan {
 		p.AddFinalizer = true
 	}
 	if !ours {
-		return p
+		return p.AddressPlan
 	}
 
-	status := a.Status.DeepCopy()
-	if v.AttachedGone {
-		at := status.AttachedTo
-		status.AttachedTo = nil
-		p.Events = append(p.Events, Event{Obj: a, Reason: ReasonDetached,
-			Message: fmt.Sprintf("Service %s/%s is gone; the address is held by a placeholder again", at.Namespace, at.Name)})
-	}
+	p = p.with(planDetached(v))
 	lostReason, lostMessage := lostVerdict(v)
 	adopter := adoptingService(v)
+	p = p.with(planClears(v, adopter))
 	// waiting is the Service that should show the IP and does not: MetalLB may keep the IP for
 	// a deleted placeholder (plan_release.go).
-	var waiting *corev1.Service
-	// Each clear is said once it succeeded (clears are few: clearEvery, clearLimit).
+	state, waiting := planState(v, lostReason, lostMessage, adopter)
+	p = p.with(state)
+	if v.Attached == nil && !v.Unserved.Since.IsZero() {
+		p.Unserved = &UnservedWait{} // no attached Service waits any more
+	}
+	p = p.with(planRelease(v, waiting, p.CreateHold))
+	if waiting != nil && waiting == v.Attached && v.kept() {
+		// MetalLB refuses the attached Service for a deleted Service of another namespace: what
+		// the driver could release would not help, and the admin is told what does.
+		p = p.with(planKeptForService(v, p.Unserved))
+	}
+	p.Requeue = driverkit.Sooner(p.Requeue, v.KeptRecheck)
+	p = p.with(planLost(v, lostReason, lostMessage, meta.FindStatusCondition(p.statusOf(a).Conditions, ipamv1.ConditionLost) != nil))
+	p = p.with(planKeptEnded(v, meta.FindStatusCondition(p.statusOf(a).Conditions, ipamv1.ConditionHeld)))
+	p = p.with(planConflict(v, adopter, meta.IsStatusConditionTrue(p.statusOf(a).Conditions, ipamv1.ConditionConflict)))
+
+	out := p.AddressPlan
+	if status := p.statusOf(a); !equalDriverStatus(&a.Status, status) {
+		out.Status = status
+	}
+	return out
+}
+
+// planDetached ends the attachment of a Service that is gone (or was replaced).
+func planDetached(v AddressView) addressPart {
+	if !v.AttachedGone {
+		return addressPart{}
+	}
+	at := v.Addr.Status.AttachedTo
+	return addressPart{detached: true, AddressPlan: AddressPlan{Events: []Event{{Obj: v.Addr, Reason: ReasonDetached,
+		Message: fmt.Sprintf("Service %s/%s is gone; the address is held by a placeholder again", at.Namespace, at.Name)}}}}
+}
+
+// planClears clears the ingress of the stale holders (staleHolder) that are due; each clear is
+// said once it succeeded (clears are few: clearEvery, clearLimit).
+func planClears(v AddressView, adopter *corev1.Service) addressPart {
+	var p addressPart
 	for _, h := range v.Holders {
 		if !staleHolder(v, adopter, h) {
 			continue
@@ -187,79 +288,86 @@ func PlanAddress(v AddressView) AddressPlan {
 		}
 		p.ClearIngress = append(p.ClearIngress, ingressClear{Svc: h.Svc, Said: Event{Obj: h.Svc, Warning: true,
 			Reason:  ReasonStaleIngressCleared,
-			Message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.IP, a.Name)}})
+			Message: fmt.Sprintf("showed %s, reserved as IPAddress %s, although nothing on the Service requests it (an allocation MetalLB kept); cleared its load-balancer status so that MetalLB lets go", v.IP, v.Addr.Name)}})
 	}
+	return p
+}
 
+// planState decides Held: attached, Lost, being adopted, or held by a placeholder. It returns the
+// Service that should show the IP and does not (nil when none).
+func planState(v AddressView, lostReason, lostMessage string, adopter *corev1.Service) (addressPart, *corev1.Service) {
+	a := v.Addr
 	switch {
 	case v.Attached != nil:
+		var p addressPart
 		// The Service reconciler deletes the holds between recording the attachment and pinning
 		// (and finishes that after a crash). A hold still there once the Service is pinned to
 		// the IP is a leftover, and goes; before that it is the Service reconciler's to delete.
 		if v.Attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.Attached), v.IP) {
 			p.DeleteHolds = v.Holds
 		}
-		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonAttached, AttachedMessage(v.Attached))
+		p = p.set(ipamv1.ConditionHeld, true, ReasonAttached, AttachedMessage(v.Attached))
+		var waiting *corev1.Service
 		if lostReason == "" && AttachedUnserved(&v) {
 			waiting = v.Attached
 		}
-		planNotServed(v, waiting != nil, status, &p)
+		return p.with(planNotServed(v, waiting != nil)), waiting
 	case lostReason != "":
 		// MetalLB cannot serve the IP: no new hold (it would only fail), the existing one stays.
-		SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonLost, lostMessage)
+		return addressPart{}.set(ipamv1.ConditionHeld, false, ReasonLost, lostMessage), nil
 	case adopter != nil:
 		// A Service already serves the IP and links to the address's claim (an admin's pin being
 		// adopted): it attaches next; holding the IP now would only fight it.
-		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonAdopting,
+		p := addressPart{requeueAlone: true}.set(ipamv1.ConditionHeld, true, ReasonAdopting,
 			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
 		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): the
 		// adoption is looked at again.
 		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
-	default:
-		waiting = planHold(v, status, &p)
+		return p, nil
 	}
-	if v.Attached == nil && !v.Unserved.Since.IsZero() {
-		p.Unserved = &UnservedWait{} // no attached Service waits any more
-	}
-	planRelease(v, waiting, status, &p)
-	if waiting != nil && waiting == v.Attached && v.kept() {
-		// MetalLB refuses the attached Service for a deleted Service of another namespace: what
-		// the driver could release would not help, and the admin is told what does.
-		planKeptForService(v, status, &p)
-	}
-	p.Requeue = driverkit.Sooner(p.Requeue, v.KeptRecheck)
+	return planHold(v)
+}
 
+// planLost sets Lost while MetalLB cannot serve the address (lostReason), and ends it once it can
+// (shown: the status has a Lost condition).
+func planLost(v AddressView, lostReason, lostMessage string, shown bool) addressPart {
+	a := v.Addr
+	var p addressPart
 	if lostReason != "" {
-		SetCondition(a, status, ipamv1.ConditionLost, true, lostReason, lostMessage)
+		p = p.set(ipamv1.ConditionLost, true, lostReason, lostMessage)
 		p.Events = append(p.Events, Event{Obj: a, Warning: true, Reason: ReasonLost, Message: lostMessage, Once: true})
 		// A pool or class event usually ends Lost; a scheduled re-check makes sure of it.
-		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(conditionSince(a, ipamv1.ConditionLost, v.Now), v.Now, time.Second))
-	} else if meta.FindStatusCondition(status.Conditions, ipamv1.ConditionLost) != nil {
-		SetCondition(a, status, ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
+		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionLost, v.Now), v.Now, time.Second)
+	} else if shown {
+		p = p.set(ipamv1.ConditionLost, false, ReasonServable, "MetalLB can serve the address")
 		if meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionLost) {
 			// Said once while it lasted; a recurrence is said again.
 			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ReasonLost})
 		}
 	}
+	return p
+}
 
-	if c := findCondition(a, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
-		if now := meta.FindStatusCondition(status.Conditions, ipamv1.ConditionHeld); now == nil || now.Reason != ReasonKeptByMetalLB {
-			// Said once while it lasted; a recurrence is said again.
-			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ReasonKeptByMetalLB})
+// planKeptEnded forgets that KeptByMetalLB was said once Held (held, as planned) no longer says
+// so: a recurrence is said again.
+func planKeptEnded(v AddressView, held *metav1.Condition) addressPart {
+	if c := findCondition(v.Addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonKeptByMetalLB {
+		if held == nil || held.Reason != ReasonKeptByMetalLB {
+			return addressPart{AddressPlan: AddressPlan{Unsay: []Unsay{{Obj: v.Addr, Topic: ReasonKeptByMetalLB}}}}
 		}
 	}
-
-	planConflict(v, adopter, status, &p)
-
-	if !equalDriverStatus(&a.Status, status) {
-		p.Status = status
-	}
-	return p
+	return addressPart{}
 }
 
 // planTeardown releases a deleted address once the core let go: an attached Service is unpinned
 // (only a pin of ours that names the IP), the holds go, then the finalizer; MetalLB returns the
 // IP to the pool.
 func planTeardown(v AddressView) AddressPlan {
+	if !slices.Contains(v.Addr.Finalizers, Finalizer) {
+		// Torn down already (or our finalizer was removed by hand): a hold left over, for
+		// instance one labelled while the address was going, ends too.
+		return AddressPlan{DeleteHolds: v.Holds}
+	}
 	if s := v.Attached; s != nil && s.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(s), v.IP) {
 		// The Service reconciler detaches it (it alone unpins a Service: one write, not two
 		// racing ones); the finalizer stays until then, so the IP is never freed under a pin.
@@ -270,34 +378,66 @@ func planTeardown(v AddressView) AddressPlan {
 
 // planHold keeps exactly one placeholder pinned to an address that no Service uses. It returns
 // the hold MetalLB has not served yet (nil when none).
-func planHold(v AddressView, status *ipamv1.IPAddressStatus, p *AddressPlan) *corev1.Service {
-	a := v.Addr
+func planHold(v AddressView) (addressPart, *corev1.Service) {
 	if len(v.Holds) == 0 {
-		switch {
-		case v.HoldExpected || settlingPlaceholder(v) != nil:
-			// Created (or being relabelled from the provisioning placeholder MetalLB gave the
-			// IP) by this driver; the cache has not shown the hold yet. No status either: the
-			// next pass, with the hold in view, writes it once.
-			p.Requeue = time.Second
-			return nil
-		case releasingHolder(v) != nil:
-			// A Service this driver unpinned still shows the IP: a hold now would only get
-			// MetalLB's AllocationFailed. Wait for MetalLB to let go.
-			s := releasingHolder(v)
-			SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonReleasing,
-				fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.IP, s.Namespace, s.Name))
-			p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
-			return nil
-		default:
-			p.CreateHold = HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool)
-			p.Requeue = v.NudgeAfter
-		}
-		SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-			fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, v.Namespace, HoldName(a.Name)))
-		return nil
+		return planNoHold(v), nil
 	}
+	holds := holdsServedFirst(v)
+	hold := holds[0]
+	// A second one is a leftover.
+	p := addressPart{AddressPlan: AddressPlan{DeleteHolds: holds[1:]}}
+	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String() {
+		p.PinHold = hold
+	}
+	if slices.Contains(IngressIPs(hold), v.IP) {
+		return p.set(ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name)), nil
+	}
+	if v.kept() {
+		// Nothing the driver can write frees the IP, a nudge included; the admin is told what
+		// does. The restart of MetalLB's controller passes over every Service and serves the
+		// hold by itself; the address is looked at again a minute from now.
+		p = p.with(planKept(v, v.keptMessage()))
+		p.Requeue, p.requeueAlone = driverkit.MaxRecheck, true
+		return p, hold
+	}
+	p = p.set(ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, hold.Namespace, hold.Name))
+	nudge, wait := nudgeDue(hold, v.Now, v.NudgeAfter, v.FailedAt[hold.UID], v.MetallbPassed)
+	if nudge {
+		p.Nudge = hold
+	}
+	p.Requeue, p.requeueAlone = wait, true
+	return p, hold
+}
+
+// planNoHold makes the address's hold, unless one is on its way or a Service on its way out
+// still shows the IP.
+func planNoHold(v AddressView) addressPart {
+	a := v.Addr
+	switch {
+	case v.HoldExpected || settlingPlaceholder(v) != nil:
+		// Created (or being relabelled from the provisioning placeholder MetalLB gave the
+		// IP) by this driver; the cache has not shown the hold yet. No status either: the
+		// next pass, with the hold in view, writes it once.
+		return addressPart{AddressPlan: AddressPlan{Requeue: time.Second}, requeueAlone: true}
+	case releasingHolder(v) != nil:
+		// A Service this driver unpinned still shows the IP: a hold now would only get
+		// MetalLB's AllocationFailed. Wait for MetalLB to let go.
+		s := releasingHolder(v)
+		p := addressPart{requeueAlone: true}.set(ipamv1.ConditionHeld, false, ReasonReleasing,
+			fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.IP, s.Namespace, s.Name))
+		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
+		return p
+	}
+	p := addressPart{AddressPlan: AddressPlan{CreateHold: HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool),
+		Requeue: v.NudgeAfter}, requeueAlone: true}
+	return p.set(ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
+		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, v.Namespace, HoldName(a.Name)))
+}
+
+// holdsServedFirst orders the address's holds: the one MetalLB serves (else the oldest) first.
+func holdsServedFirst(v AddressView) []*corev1.Service {
 	holds := slices.Clone(v.Holds)
-	// Keep the one MetalLB serves (else the oldest); a second one is a leftover.
 	slices.SortStableFunc(holds, func(x, y *corev1.Service) int {
 		xs, ys := slices.Contains(IngressIPs(x), v.IP), slices.Contains(IngressIPs(y), v.IP)
 		if xs != ys {
@@ -311,31 +451,7 @@ func planHold(v AddressView, status *ipamv1.IPAddressStatus, p *AddressPlan) *co
 		}
 		return strings.Compare(x.Name, y.Name)
 	})
-	hold := holds[0]
-	p.DeleteHolds = holds[1:]
-	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String() {
-		p.PinHold = hold
-	}
-	if slices.Contains(IngressIPs(hold), v.IP) {
-		SetCondition(a, status, ipamv1.ConditionHeld, true, ReasonHeld, fmt.Sprintf("held by placeholder %s/%s", hold.Namespace, hold.Name))
-		return nil
-	}
-	if v.kept() {
-		// Nothing the driver can write frees the IP, a nudge included; the admin is told what
-		// does. The restart of MetalLB's controller passes over every Service and serves the
-		// hold by itself; the address is looked at again a minute from now.
-		planKept(v, v.keptMessage(), status, p)
-		p.Requeue = driverkit.MaxRecheck
-		return hold
-	}
-	SetCondition(a, status, ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
-		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, hold.Namespace, hold.Name))
-	nudge, wait := nudgeDue(hold, v.Now, v.NudgeAfter, v.FailedAt[hold.UID], v.MetallbPassed)
-	if nudge {
-		p.Nudge = hold
-	}
-	p.Requeue = wait
-	return hold
+	return holds
 }
 
 // nudgeDue decides whether a placeholder MetalLB has not served should be touched now, and when
@@ -535,8 +651,9 @@ func clearDue(cleared []time.Time, now time.Time) (bool, time.Duration) {
 
 // planConflict sets Conflict while a Service other than the attached one, the address's holds
 // and an adopting Service shows the IP: in its load-balancer status, or in spec.externalIPs
-// (kube-proxy routes those to that Service's endpoints).
-func planConflict(v AddressView, adopter *corev1.Service, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+// (kube-proxy routes those to that Service's endpoints). conflicting: the status says Conflict.
+func planConflict(v AddressView, adopter *corev1.Service, conflicting bool) addressPart {
+	var p addressPart
 	a := v.Addr
 	var wrongful []string
 	for _, h := range v.Holders {
@@ -565,7 +682,7 @@ func planConflict(v AddressView, adopter *corev1.Service, status *ipamv1.IPAddre
 			Topic: ReasonServiceConflict + "/" + a.Name})
 	}
 	slices.Sort(wrongful)
-	if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
+	if conflicting {
 		// The Services no longer wrongful are told again if they come back (finding 5).
 		keep := make([]types.NamespacedName, 0, len(wrongful))
 		for _, w := range wrongful {
@@ -575,16 +692,17 @@ func planConflict(v AddressView, adopter *corev1.Service, status *ipamv1.IPAddre
 		p.Unsay = append(p.Unsay, Unsay{Topic: ReasonServiceConflict + "/" + a.Name, Keep: keep})
 	}
 	if len(wrongful) == 0 {
-		if meta.IsStatusConditionTrue(status.Conditions, ipamv1.ConditionConflict) {
-			SetCondition(a, status, ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
+		if conflicting {
+			p = p.set(ipamv1.ConditionConflict, false, ReasonNoConflict, "no other Service holds the address")
 			p.Events = append(p.Events, Event{Obj: a, Reason: ReasonConflictResolved, Message: fmt.Sprintf("no other Service holds %s any more", v.IP)})
 			p.Unsay = append(p.Unsay, Unsay{Obj: a, Topic: ipamv1.ConditionConflict})
 		}
-		return
+		return p
 	}
 	msg := fmt.Sprintf("Service %s holds %s outside the reservation", strings.Join(wrongful, ", "), v.IP)
-	SetCondition(a, status, ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
+	p = p.set(ipamv1.ConditionConflict, true, ReasonHeldByOther, msg)
 	p.Events = append(p.Events, Event{Obj: a, Warning: true, Reason: ipamv1.ConditionConflict, Message: msg, Once: true})
+	return p
 }
 
 // unsay forgets what was said once about a condition that ended: about obj, or (obj nil) about

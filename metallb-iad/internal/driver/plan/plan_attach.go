@@ -119,59 +119,62 @@ func PlanAttach(v AttachView) AttachPlan {
 	return p
 }
 
+// planAttachment decides the attachment of a Service that is not one of the driver's own: none
+// while the link rule's outcome stands in the way (planUnattachable), else the claim's addresses.
 func planAttachment(v AttachView) AttachPlan {
-	var p AttachPlan
-	svc := v.Svc
 	if v.Placeholder {
+		return AttachPlan{}
+	}
+	if p, done := planUnattachable(v); done {
 		return p
 	}
-	say := func(reason, msg string, names ...any) {
-		p.Events = append(p.Events, Event{Obj: svc, Warning: true, Reason: reason, Message: msg, Once: true, Names: names})
-		p.Clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
-	}
-	wait := func() { p.Requeue = driverkit.Recheck(svc.CreationTimestamp.Time, v.Now, time.Second) }
+	return planAttachAddresses(v)
+}
+
+// said returns the plan with a Warning about the Service, said once while it lasts; every other
+// lasting condition is cleared.
+func (p AttachPlan) said(svc *corev1.Service, reason, msg string, names ...any) AttachPlan {
+	p.Events = append(p.Events, Event{Obj: svc, Warning: true, Reason: reason, Message: msg, Once: true, Names: names})
+	p.Clear = slices.DeleteFunc(slices.Clone(serviceReasons), func(r string) bool { return r == reason })
+	return p
+}
+
+// waiting returns the plan with a re-check backing off from the Service's creation.
+func (p AttachPlan) waiting(v AttachView) AttachPlan {
+	p.Requeue = driverkit.Recheck(v.Svc.CreationTimestamp.Time, v.Now, time.Second)
+	return p
+}
+
+// planUnattachable decides a Service that gets no address from a claim now: not a LoadBalancer,
+// no claim, another load-balancer class, a claim Lost or not Bound yet, or families that do not
+// fit. done is false when none stands in the way.
+func planUnattachable(v AttachView) (p AttachPlan, done bool) {
+	svc := v.Svc
 	lb := svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil
 	claim := v.Claim
 	switch {
 	case !lb || claim == nil:
 		switch {
 		case lb && v.Why != "":
-			say(ReasonClaimNotReady, v.Why+"; the Service gets its address once the claim is Bound")
-			wait()
+			p = p.said(svc, ReasonClaimNotReady, v.Why+"; the Service gets its address once the claim is Bound").waiting(v)
 		case lb && len(v.Reserved) > 0:
-			say(ReasonReservedAddressRequested, reservedRequestedMessage(svc, v.Reserved), "reservedFor", reservedFor(v.Reserved))
+			p = p.said(svc, ReasonReservedAddressRequested, reservedRequestedMessage(svc, v.Reserved), "reservedFor", reservedFor(v.Reserved))
 		default:
 			p.Clear = serviceReasons
 		}
 		p.Detach = true
-		return p
+		return p, true
 	case ForeignClass(svc):
 		// MetalLB never serves it: attaching would delete the hold and leave the IP free in
 		// MetalLB for anyone. The address stays held. (The class cannot change while the Service
 		// stays a LoadBalancer, so there is nothing to wait for; a Service attached before this
 		// rule existed is detached, and its address held again.)
-		say(ReasonForeignLoadBalancerClass, fmt.Sprintf("spec.loadBalancerClass %q gives the Service to another load-balancer implementation, not MetalLB, "+
+		p = p.said(svc, ReasonForeignLoadBalancerClass, fmt.Sprintf("spec.loadBalancerClass %q gives the Service to another load-balancer implementation, not MetalLB, "+
 			"so it cannot use claim %s's addresses, which stay reserved; use a Service without spec.loadBalancerClass", *svc.Spec.LoadBalancerClass, claim.Name))
 		p.Detach = true
-		return p
+		return p, true
 	case claim.Status.Phase == ipamv1.ClaimLost:
-		// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides. Only
-		// those: a Service re-linked to a Lost claim from another one does not keep the other
-		// claim's pin (docs/design.md#attach-detach-and-re-link: it ends with the new claim's
-		// addresses only). (Not one the core let go of: its teardown waits for this Service's
-		// detach.)
-		if slices.ContainsFunc(v.AttachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
-			for _, a := range v.AttachedHere {
-				if !ownAddress(claim, a) {
-					p.Unattach = append(p.Unattach, a)
-				}
-			}
-			return p
-		}
-		say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is Lost; the Service gets no address from it", claim.Namespace, claim.Name))
-		wait()
-		p.Detach = true
-		return p
+		return planLostClaim(v), true
 	case claim.Status.Phase != ipamv1.ClaimBound:
 		// A claim made with (or for) the Service is Pending for a moment on the normal path (an
 		// auto-claim always is): said only once the wait outlasts pendingWarnAfter.
@@ -182,78 +185,60 @@ func planAttachment(v AttachView) AttachPlan {
 		if quiet := since.Add(pendingWarnAfter).Sub(v.Now); quiet > 0 {
 			p.Requeue = min(quiet, pendingWarnAfter) // (another clock's timestamps)
 		} else {
-			say(ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
-				claim.Namespace, claim.Name, orPending(claim.Status.Phase)))
-			wait()
+			p = p.said(svc, ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is %s, not Bound yet; the Service gets its address once the claim is Bound",
+				claim.Namespace, claim.Name, orPending(claim.Status.Phase))).waiting(v)
 		}
 		p.Detach = true
-		return p
+		return p, true
 	case !FamiliesFit(svc, claim.Spec.Family):
-		say(ReasonFamilyMismatch, fmt.Sprintf("the Service's IP families %v do not match claim %s (%s); set spec.ipFamilies and spec.ipFamilyPolicy to match",
+		p = p.said(svc, ReasonFamilyMismatch, fmt.Sprintf("the Service's IP families %v do not match claim %s (%s); set spec.ipFamilies and spec.ipFamilyPolicy to match",
 			svc.Spec.IPFamilies, claim.Name, claim.Spec.Family))
 		p.Detach = true
+		return p, true
+	}
+	return AttachPlan{}, false
+}
+
+// planLostClaim decides a Service that links to a Lost claim.
+func planLostClaim(v AttachView) AttachPlan {
+	var p AttachPlan
+	claim := v.Claim
+	// A Service attached to the Lost claim's addresses keeps its pin: the tenant decides. Only
+	// those: a Service re-linked to a Lost claim from another one does not keep the other
+	// claim's pin (docs/design.md#attach-detach-and-re-link: it ends with the new claim's
+	// addresses only). (Not one the core let go of: its teardown waits for this Service's
+	// detach.)
+	if slices.ContainsFunc(v.AttachedHere, func(a *ipamv1.IPAddress) bool { return ownAddress(claim, a) && !driverkit.TeardownMayStart(a) }) {
+		for _, a := range v.AttachedHere {
+			if !ownAddress(claim, a) {
+				p.Unattach = append(p.Unattach, a)
+			}
+		}
 		return p
 	}
+	p = p.said(v.Svc, ReasonClaimNotReady, fmt.Sprintf("IPAddressClaim %s/%s is Lost; the Service gets no address from it", claim.Namespace, claim.Name)).waiting(v)
+	p.Detach = true
+	return p
+}
+
+// planAttachAddresses attaches the Service to its Bound claim's addresses once each one agrees:
+// record AttachedTo, delete the holds, pin; the attachments it no longer has end (a re-link).
+func planAttachAddresses(v AttachView) AttachPlan {
+	svc, claim := v.Svc, v.Claim
 	want := PinValue(claim.Status.Addresses)
 	wantIPs := ParseIPList(want)
 	if foreign := ForeignPins(svc); len(foreign) > 0 {
 		// An admin pinned exactly the claim's addresses by hand: adopt the pin (the Service keeps
 		// its address throughout). Anything else is not ours to overwrite.
 		if !(len(foreign) == 1 && foreign[0] == metallb.AnnotationLoadBalancerIPs && SameIPs(PinIPs(svc), wantIPs)) {
-			say(ReasonForeignPin, fmt.Sprintf("the Service already requests addresses through %s; remove it to use claim %s",
+			return AttachPlan{}.said(svc, ReasonForeignPin, fmt.Sprintf("the Service already requests addresses through %s; remove it to use claim %s",
 				strings.Join(foreign, ", "), claim.Name))
-			return p
 		}
 	}
-	// The claim's status is the core's word; each address must agree (bound to this claim, of
-	// a class of this driver) before the Service gets it.
-	for i, a := range v.Addrs {
-		if a == nil {
-			wait()
-			return p // the cache has not shown the address yet
-		}
-		// An address an admin deleted stays the claim's while the core protects it: it attaches
-		// as before; only one the core let go of is not servable.
-		if !driverkit.BoundTo(a, claim) || !v.Servable[a.Name] || driverkit.TeardownMayStart(a) {
-			say(ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
-				claim.Status.Addresses[i].Name, claim.Name))
-			wait()
-			// A Service attached to it lets go: the address's teardown waits for this detach
-			// (the Service reconciler alone unpins).
-			p.Detach = slices.ContainsFunc(v.AttachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
-			return p
-		}
-		if why := v.Excluded[a.Name]; why != "" {
-			// MetalLB would refuse the Service the address: the address stays held. The pool or
-			// the namespace's labels may change without an event of this Service: a re-check.
-			say(ReasonPoolExcludesService, fmt.Sprintf("%s; MetalLB would not give it claim %s's address %s, which stays reserved",
-				why, claim.Name, a.Spec.Address))
-			wait()
-			p.Detach = true
-			return p
-		}
-		if at := a.Status.AttachedTo; at != nil && !AttachedTo(at, svc) {
-			if at.Namespace == svc.Namespace && at.Name == svc.Name {
-				continue // an earlier Service of the same name, gone: this one takes over
-			}
-			if v.Elsewhere[a.Name] {
-				// A tenant reads this: a Service of another namespace is not named (the address's
-				// AttachedTo, and the log, name it for an admin).
-				user := "a Service of another namespace (IPAddress " + a.Name + " names it)"
-				if at.Namespace == svc.Namespace {
-					user = "Service " + at.Namespace + "/" + at.Name
-				}
-				say(ReasonClaimInUse, fmt.Sprintf("claim %s is already used by %s; a claim serves one Service", claim.Name, user),
-					"attachedTo", at.Namespace+"/"+at.Name, "address", a.Name)
-				p.Detach = true
-				wait()
-				return p
-			}
-			wait()
-			return p // the other Service is gone; the address's pass ends its attachment first
-		}
+	if p, ok := planAddressesAgree(v); !ok {
+		return p
 	}
-	p.Clear = serviceReasons
+	p := AttachPlan{Clear: serviceReasons}
 	for _, a := range v.Addrs {
 		if at := a.Status.AttachedTo; (at == nil || !AttachedTo(at, svc) || at.UID != svc.UID) && !v.Attached[a.Name] {
 			p.Attach = append(p.Attach, a)
@@ -272,6 +257,56 @@ func planAttachment(v AttachView) AttachPlan {
 		}
 	}
 	return p
+}
+
+// planAddressesAgree checks the claim's addresses before the Service gets them: the claim's
+// status is the core's word; each address must agree (bound to this claim, of a class of this
+// driver, admitting the Service, not attached to another Service). ok is false with the plan of
+// the first that does not.
+func planAddressesAgree(v AttachView) (p AttachPlan, ok bool) {
+	svc, claim := v.Svc, v.Claim
+	for i, a := range v.Addrs {
+		if a == nil {
+			return p.waiting(v), false // the cache has not shown the address yet
+		}
+		// An address an admin deleted stays the claim's while the core protects it: it attaches
+		// as before; only one the core let go of is not servable.
+		if !driverkit.BoundTo(a, claim) || !v.Servable[a.Name] || driverkit.TeardownMayStart(a) {
+			p = p.said(svc, ReasonAddressNotServable, fmt.Sprintf("IPAddress %s listed by claim %s is not bound to it or not served by this driver",
+				claim.Status.Addresses[i].Name, claim.Name)).waiting(v)
+			// A Service attached to it lets go: the address's teardown waits for this detach
+			// (the Service reconciler alone unpins).
+			p.Detach = slices.ContainsFunc(v.AttachedHere, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name })
+			return p, false
+		}
+		if why := v.Excluded[a.Name]; why != "" {
+			// MetalLB would refuse the Service the address: the address stays held. The pool or
+			// the namespace's labels may change without an event of this Service: a re-check.
+			p = p.said(svc, ReasonPoolExcludesService, fmt.Sprintf("%s; MetalLB would not give it claim %s's address %s, which stays reserved",
+				why, claim.Name, a.Spec.Address)).waiting(v)
+			p.Detach = true
+			return p, false
+		}
+		if at := a.Status.AttachedTo; at != nil && !AttachedTo(at, svc) {
+			if at.Namespace == svc.Namespace && at.Name == svc.Name {
+				continue // an earlier Service of the same name, gone: this one takes over
+			}
+			if !v.Elsewhere[a.Name] {
+				return p.waiting(v), false // the other Service is gone; the address's pass ends its attachment first
+			}
+			// A tenant reads this: a Service of another namespace is not named (the address's
+			// AttachedTo, and the log, name it for an admin).
+			user := "a Service of another namespace (IPAddress " + a.Name + " names it)"
+			if at.Namespace == svc.Namespace {
+				user = "Service " + at.Namespace + "/" + at.Name
+			}
+			p = p.said(svc, ReasonClaimInUse, fmt.Sprintf("claim %s is already used by %s; a claim serves one Service", claim.Name, user),
+				"attachedTo", at.Namespace+"/"+at.Name, "address", a.Name).waiting(v)
+			p.Detach = true
+			return p, false
+		}
+	}
+	return p, true
 }
 
 // ownAddress reports whether the claim's status lists the address.

@@ -94,18 +94,20 @@ func (v *AddressView) keptMessage() string {
 // Held=False KeptByMetalLB, naming it (the address is the admin's object), with a Warning on the
 // address when the condition turns so (a restart of the driver, which finds it said, says
 // nothing new).
-func planKept(v AddressView, msg string, status *ipamv1.IPAddressStatus, p *AddressPlan) {
-	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
+func planKept(v AddressView, msg string) addressPart {
+	p := addressPart{}.set(ipamv1.ConditionHeld, false, ReasonKeptByMetalLB, msg)
 	if !KeptSaid(v.Addr) {
 		p.Events = append(p.Events, Event{Obj: v.Addr, Warning: true, Reason: ReasonKeptByMetalLB, Message: msg, Once: true})
 	}
+	return p
 }
 
 // planKeptForService reports an attached Service that MetalLB refuses for a deleted Service of
 // another namespace (planKept, the condition naming the attached Service too) and tells the
 // tenant's Service, naming nothing of another namespace, once per wait: the NotServed Warning is
-// not said again for it (plan_notserved.go).
-func planKeptForService(v AddressView, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+// not said again for it (plan_notserved.go). unserved is the memory of the wait as planned so far
+// (nil: unchanged).
+func planKeptForService(v AddressView, unserved *UnservedWait) addressPart {
 	s := v.Attached
 	waits := fmt.Sprintf("; Service %s/%s, attached to the address, waits for it", s.Namespace, s.Name)
 	msg := v.keptMessage()
@@ -116,20 +118,21 @@ func planKeptForService(v AddressView, status *ipamv1.IPAddressStatus, p *Addres
 	// by the address's condition naming it.
 	c := findCondition(v.Addr, ipamv1.ConditionHeld)
 	toldBefore := KeptSaid(v.Addr) && strings.HasSuffix(c.Message, waits)
-	planKept(v, msg, status, p)
+	p := planKept(v, msg)
 	w := v.Unserved
-	if p.Unserved != nil {
-		w = *p.Unserved
+	if unserved != nil {
+		w = *unserved
 	}
 	if w.UID != s.UID || w.Since.IsZero() {
 		w = UnservedWait{Since: v.Now, UID: s.UID}
 	}
 	if w.Said || toldBefore {
-		return
+		return p
 	}
 	w.Said = true
 	p.Unserved = &w
 	p.Events = append(p.Events, Event{Obj: s, Warning: true, Reason: ReasonNotServed,
 		Message: fmt.Sprintf("MetalLB has not assigned %s (IPAddress %s, reserved for this Service): after a restart of its controller it still counts the address as used by a Service that no longer exists; an administrator frees it by restarting MetalLB's controller",
 			v.IP, v.Addr.Name)})
+	return p
 }

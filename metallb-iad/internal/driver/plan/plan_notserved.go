@@ -46,7 +46,8 @@ type UnservedWait struct {
 // planNotServed reports an attached Service MetalLB has not served for v.notServedAfter (unserved
 // says it waits now), from the driver's memory of when it first saw it so (v.unserved), and keeps
 // that memory.
-func planNotServed(v AddressView, unserved bool, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+func planNotServed(v AddressView, unserved bool) addressPart {
+	var p addressPart
 	held := findCondition(v.Addr, ipamv1.ConditionHeld)
 	// A KeptByMetalLB condition told the Service already (planKeptForService).
 	said := held != nil && held.Status == metav1.ConditionFalse && (held.Reason == ReasonNotServed || held.Reason == ReasonKeptByMetalLB)
@@ -58,7 +59,7 @@ func planNotServed(v AddressView, unserved bool, status *ipamv1.IPAddressStatus,
 		if !v.Unserved.Since.IsZero() {
 			p.Unserved = &UnservedWait{} // forget (this Service's wait, or another's)
 		}
-		return
+		return p
 	}
 	if since.IsZero() {
 		since = v.Now
@@ -69,16 +70,16 @@ func planNotServed(v AddressView, unserved bool, status *ipamv1.IPAddressStatus,
 		p.Unserved = &UnservedWait{Since: since, UID: v.Attached.UID}
 	}
 	if v.NotServedAfter <= 0 {
-		return
+		return p
 	}
 	if wait := v.NotServedAfter - v.Now.Sub(since); wait > 0 && !said {
 		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): looked
 		// at again when it would be due (at most a minute away, as every re-check).
 		p.Requeue = driverkit.Sooner(p.Requeue, min(wait, driverkit.MaxRecheck))
-		return
+		return p
 	}
 	s := v.Attached
-	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonNotServed,
+	p = p.set(ipamv1.ConditionHeld, false, ReasonNotServed,
 		fmt.Sprintf("attached to Service %s/%s, which MetalLB has not served %s for over %s: see the Service's events and MetalLB's controller log",
 			s.Namespace, s.Name, v.IP, v.NotServedAfter))
 	if !said {
@@ -92,4 +93,5 @@ func planNotServed(v AddressView, unserved bool, status *ipamv1.IPAddressStatus,
 				v.IP, v.Addr.Name, v.NotServedAfter)})
 	}
 	p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(since, v.Now, time.Second))
+	return p
 }

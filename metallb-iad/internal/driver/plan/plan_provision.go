@@ -75,37 +75,10 @@ type settlement struct {
 // PlanProvision decides the writes that provision a claim's missing families through
 // placeholder Services, and retire the placeholders it no longer needs.
 func PlanProvision(v ProvisionView) ProvisionPlan {
-	var p ProvisionPlan
-	claim := v.Claim
-	needs := needsProvisioning(v)
 	kept := KeptPlaceholders(v)
-	for _, s := range sortedByName(v.Placeholders) {
-		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
-		if kept[fam] == s {
-			continue
-		}
-		// Not needed (any more): a served placeholder whose address exists becomes its hold
-		// (a crash between creating the address and relabelling); any other goes, returning its
-		// address to the pool.
-		if ip, ok := ServedIP(s, fam); ok {
-			if a := v.Addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
-				switch v.HoldOf[a.Name] {
-				case s.Name:
-					// It is that address's hold already; the cache is behind. Look again soon: if
-					// the relabel never shows (the name was a hold's that is gone since), nothing
-					// else brings this claim key back
-					// (docs/design.md#nothing-waits-on-an-event-alone).
-					p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
-					continue
-				case "":
-					p.ToHold = append(p.ToHold, Handover{Svc: s, Address: a.Name, IP: ip})
-					continue
-				}
-			}
-		}
-		p.Delete = append(p.Delete, s)
-	}
-	if !needs {
+	p := planRetire(v, kept)
+	claim := v.Claim
+	if !needsProvisioning(v) {
 		if claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) {
 			// Waiting for its class (not accepted, being deleted, or not seen yet).
 			p.Requeue = driverkit.Recheck(claim.CreationTimestamp.Time, v.Now, time.Second)
@@ -132,27 +105,65 @@ func PlanProvision(v ProvisionView) ProvisionPlan {
 			p.Requeue = driverkit.Sooner(p.Requeue, wait)
 			continue
 		}
-		name := ipamv1.AddressName(ip)
-		a := v.Addresses[name]
-		switch {
-		case a == nil:
-			p.Settle = append(p.Settle, settlement{Svc: s, Address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.Class, claim, Finalizer), claim)})
-		case v.HoldOf[name] == s.Name:
-			// Relabelled as the address's hold a moment ago; the cache is behind. Look again soon:
-			// the claim still misses the family (docs/design.md#nothing-waits-on-an-event-alone).
-			p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
-		case driverkit.TeardownMayStart(a):
-			// The IP's address is being torn down: never relabel a placeholder as its hold. The
-			// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
-			// still protects is held as before.)
-			p.Delete = append(p.Delete, s)
-		case driverkit.BoundTo(a, claim) || v.HoldOf[name] == "":
-			// Created by an earlier pass (relabel left undone), or another claim's address that
-			// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
-			p.ToHold = append(p.ToHold, Handover{Svc: s, Address: name, IP: ip})
-		default:
-			p.Delete = append(p.Delete, s)
+		p = p.settle(v, s, ip)
+	}
+	return p
+}
+
+// planRetire decides the placeholders the claim does not need (any more), all but kept: a served
+// placeholder whose address exists becomes its hold (a crash between creating the address and
+// relabelling); any other goes, returning its address to the pool.
+func planRetire(v ProvisionView, kept map[ipamv1.IPFamily]*corev1.Service) ProvisionPlan {
+	var p ProvisionPlan
+	for _, s := range sortedByName(v.Placeholders) {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		if kept[fam] == s {
+			continue
 		}
+		if ip, ok := ServedIP(s, fam); ok {
+			if a := v.Addresses[ipamv1.AddressName(ip)]; a != nil && !driverkit.TeardownMayStart(a) {
+				switch v.HoldOf[a.Name] {
+				case s.Name:
+					// It is that address's hold already; the cache is behind. Look again soon: if
+					// the relabel never shows (the name was a hold's that is gone since), nothing
+					// else brings this claim key back
+					// (docs/design.md#nothing-waits-on-an-event-alone).
+					p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
+					continue
+				case "":
+					p.ToHold = append(p.ToHold, Handover{Svc: s, Address: a.Name, IP: ip})
+					continue
+				}
+			}
+		}
+		p.Delete = append(p.Delete, s)
+	}
+	return p
+}
+
+// settle returns the plan with the kept placeholder s that MetalLB served ip settled: its
+// IPAddress created, or the placeholder made the hold of an address that has none, or retired.
+func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr) ProvisionPlan {
+	name := ipamv1.AddressName(ip)
+	a := v.Addresses[name]
+	switch {
+	case a == nil:
+		p.Settle = append(p.Settle, settlement{Svc: s, Address: driverkit.MarkAutoClaim(driverkit.PreBoundAddress(ip, v.Class, v.Claim, Finalizer), v.Claim)})
+	case v.HoldOf[name] == s.Name:
+		// Relabelled as the address's hold a moment ago; the cache is behind. Look again soon:
+		// the claim still misses the family (docs/design.md#nothing-waits-on-an-event-alone).
+		p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
+	case driverkit.TeardownMayStart(a):
+		// The IP's address is being torn down: never relabel a placeholder as its hold. The
+		// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
+		// still protects is held as before.)
+		p.Delete = append(p.Delete, s)
+	case driverkit.BoundTo(a, v.Claim) || v.HoldOf[name] == "":
+		// Created by an earlier pass (relabel left undone), or another claim's address that
+		// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
+		p.ToHold = append(p.ToHold, Handover{Svc: s, Address: name, IP: ip})
+	default:
+		p.Delete = append(p.Delete, s)
 	}
 	return p
 }

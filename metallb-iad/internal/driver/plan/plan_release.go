@@ -256,21 +256,21 @@ type ReleasePlan struct {
 
 // planRelease decides the release Services of an address: the expired ones go; while the IP
 // waits under names MetalLB may keep (v.stale.names), a due round creates one per free name
-// that has none. who is the Service that waits for the IP (hold or attached Service); status
-// gets Held=False with reason StaleAllocation while the driver releases, p the writes, event and
-// re-check.
-func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressStatus, p *AddressPlan) {
+// that has none. who is the Service that waits for the IP (hold or attached Service), createHold
+// the hold the plan makes (nil when none); the part sets Held=False with reason StaleAllocation
+// while the driver releases, and has the writes, event and re-check.
+func planRelease(v AddressView, who, createHold *corev1.Service) addressPart {
 	st := v.Stale
-	rp := &p.Release
+	var p addressPart
 	for _, r := range st.Releases {
-		if p.CreateHold != nil && r.Name == p.CreateHold.Name {
+		if createHold != nil && r.Name == createHold.Name {
 			// The hold takes the name over (MetalLB sees one Service under it): the release
 			// goes first, and is never taken for the hold.
-			rp.Remove = append(rp.Remove, r)
+			p.Release.Remove = append(p.Release.Remove, r)
 			continue
 		}
 		if age := v.Now.Sub(r.CreationTimestamp.Time); age >= v.ReleaseFor {
-			rp.Remove = append(rp.Remove, r)
+			p.Release.Remove = append(p.Release.Remove, r)
 		} else {
 			p.Requeue = driverkit.Sooner(p.Requeue, v.ReleaseFor-age)
 		}
@@ -279,12 +279,12 @@ func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressSta
 		// The memory goes once the IP is served (not before: the attach remembers the holds it
 		// deleted before the cache shows the pin).
 		if (!st.Since.IsZero() || st.Remembered) && ipServed(&v) {
-			rp.Forget = true
+			p.Release.Forget = true
 		}
 		if c := findCondition(v.Addr, ipamv1.ConditionHeld); c != nil && c.Reason == ReasonStaleAllocation {
 			p.Unsay = append(p.Unsay, Unsay{Obj: v.Addr, Topic: ReasonStaleAllocation})
 		}
-		return
+		return p
 	}
 	since := st.Since
 	if since.IsZero() {
@@ -298,7 +298,7 @@ func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressSta
 			if !st.Free[n] || slices.ContainsFunc(st.Releases, func(r *corev1.Service) bool { return r.Name == n }) {
 				continue
 			}
-			rp.Create = append(rp.Create, ReleaseService(v.Namespace, n, v.Addr.Name))
+			p.Release.Create = append(p.Release.Create, ReleaseService(v.Namespace, n, v.Addr.Name))
 			released = append(released, n)
 		}
 	}
@@ -309,19 +309,24 @@ func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressSta
 		// MetalLB drops the name when it handles the release Service, but does not look at the
 		// Service it refused again by itself (it passes over every Service only when the
 		// handling changed a status): touched right after, it is served. A round that came
-		// while MetalLB's first pass was still failing gets its touch at the next round.
-		if p.Nudge == nil {
-			p.Nudge = who
-		}
+		// while MetalLB's first pass was still failing gets its touch at the next round (a
+		// nudge the plan has already is that touch: addressPart.with).
+		p.Nudge = who
 	}
 	if next != (staleWait{Since: st.Since, Last: st.Last}) {
-		rp.Wait = &next
+		p.Release.Wait = &next
 	}
-	// Said (and shown in Held) once the driver has released, and while the wait lasts (also
-	// after a restart of the driver, which forgot its rounds).
+	return p.with(staleAllocationSaid(v, who, next, len(released) > 0))
+}
+
+// staleAllocationSaid says (and shows in Held) that the driver releases names MetalLB may keep
+// the IP under, once it has released (next, the wait's memory), and while the wait lasts (also
+// after a restart of the driver, which forgot its rounds); the event once a round released.
+func staleAllocationSaid(v AddressView, who *corev1.Service, next staleWait, released bool) addressPart {
+	st := v.Stale
 	held := findCondition(v.Addr, ipamv1.ConditionHeld)
 	if next.Last.IsZero() && (held == nil || held.Reason != ReasonStaleAllocation) {
-		return
+		return addressPart{}
 	}
 	qualified := make([]string, 0, len(st.Names))
 	for _, n := range st.Names {
@@ -338,10 +343,11 @@ func planRelease(v AddressView, who *corev1.Service, status *ipamv1.IPAddressSta
 		said = fmt.Sprintf("MetalLB did not serve %s to Service %s/%s; released the names it may keep the address under after a restart: %s",
 			v.IP, who.Namespace, who.Name, strings.Join(qualified, ", "))
 	}
-	SetCondition(v.Addr, status, ipamv1.ConditionHeld, false, ReasonStaleAllocation, msg)
-	if len(released) > 0 {
+	p := addressPart{}.set(ipamv1.ConditionHeld, false, ReasonStaleAllocation, msg)
+	if released {
 		p.Events = append(p.Events, Event{Obj: v.Addr, Reason: ReasonStaleAllocationReleased, Message: said, Once: true, Topic: ReasonStaleAllocation})
 	}
+	return p
 }
 
 func findCondition(a *ipamv1.IPAddress, typ string) *metav1.Condition {

@@ -2,81 +2,20 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
-	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
-
-func (d *Driver) setupClaims(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("metallb-iad-claim").
-		For(&ipamv1.IPAddressClaim{}).
-		// A provisioning placeholder that MetalLB served wakes its claim.
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(d.claimOfPlaceholder)).
-		// An address created or bound for the claim settles it.
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimOfAddress)).
-		// A class that becomes Accepted releases the claims waiting for it.
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(driverkit.ClaimsWaitingForClass(d.client)),
-			builder.WithPredicates(ownClass(), classChanged())).
-		// The periodic sweep brings back the claims that still have provisioning placeholders.
-		WatchesRawSource(source.Channel(d.wakeClaims, &handler.EnqueueRequestForObject{})).
-		WithOptions(d.controllerOptions()).
-		Complete(reconcile.Func(d.reconcileClaim))
-}
-
-func (d *Driver) claimOfPlaceholder(_ context.Context, o client.Object) []reconcile.Request {
-	if o.GetNamespace() != d.Namespace || o.GetLabels()[plan.LabelRole] != plan.RoleProvisioning {
-		return nil
-	}
-	ns, name, ok := splitKey(o.GetAnnotations()[plan.AnnotationClaim])
-	if !ok {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
-}
-
-// reconcileClaim: snapshot → PlanProvision → writes.
-func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	v, err := d.provisionSnapshot(ctx, req.NamespacedName)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	p := plan.PlanProvision(v)
-	// A placeholder whose delete was refused (it changed since the cache showed it) is decided
-	// again once the cache shows the change: soon for a new one, backing off for one that stays
-	// refused (never every second for good).
-	refusedSince, err := d.applyProvisionPlan(ctx, v, p)
-	if !refusedSince.IsZero() {
-		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(refusedSince, v.Now, time.Second))
-	}
-	if errors.Is(err, errAddressExists) {
-		return reconcile.Result{RequeueAfter: addressExistsRetry}, nil
-	}
-	return reconcile.Result{RequeueAfter: p.Requeue}, err
-}
-
-// errAddressExists: a settle's IPAddress create was refused, the address exists though the
-// cache does not show it; the pass is decided again after addressExistsRetry, from the apiserver.
-var errAddressExists = errors.New("the IPAddress exists already")
-
-const addressExistsRetry = 100 * time.Millisecond
 
 func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (plan.ProvisionView, error) {
 	v := plan.ProvisionView{
@@ -264,103 +203,6 @@ func (d *Driver) mayExist(name string, now time.Time) bool {
 	return ok
 }
 
-// applyProvisionPlan makes the plan's writes. A delete refused because the placeholder changed
-// since the view was read does not stop the rest of the plan (it touches only the placeholders
-// kept or new); refusedSince is then the creation of the oldest placeholder refused.
-func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p plan.ProvisionPlan) (refusedSince time.Time, err error) {
-	for _, h := range p.ToHold {
-		if err := d.makeHold(ctx, h); err != nil {
-			return refusedSince, err
-		}
-	}
-	for _, s := range p.Delete {
-		// Decided from the cache: deleted only as it was seen. A placeholder changed since (made
-		// a hold by this driver's earlier pass, served by MetalLB) is looked at again.
-		switch err := d.deleteServiceAsSeen(ctx, s); {
-		case errors.Is(err, errChangedSince):
-			if created := s.CreationTimestamp.Time; refusedSince.IsZero() || created.Before(refusedSince) {
-				refusedSince = created
-			}
-		case err != nil:
-			return refusedSince, err
-		}
-	}
-	for _, s := range p.Create {
-		err := d.client.Create(ctx, s)
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return refusedSince, err
-		}
-		d.expect.Expect(placeholderKey(s.Labels[plan.LabelClaimUID], s.Labels[plan.LabelFamily]), s.Name, d.now())
-	}
-	for _, st := range p.Settle {
-		// The IPAddress's name is the lock on the IP: an AlreadyExists means someone else's
-		// address (or an earlier pass's), which the next pass sorts out from a fresh read.
-		// The placeholder becomes the address's hold right after: say so before the address
-		// exists, so the address's first pass does not make a hold of its own.
-		d.expect.Expect(holdKey(st.Address.Name), st.Svc.Name, d.now())
-		err := d.client.Create(ctx, st.Address)
-		if err != nil {
-			d.expect.Observed(holdKey(st.Address.Name))
-		}
-		if apierrors.IsAlreadyExists(err) {
-			// Not in the cache yet (an admin's, a previous leader's): the next pass reads it
-			// from the apiserver and decides again. A lagging cache, not an error.
-			d.expect.Expect(existsKey(st.Address.Name), st.Address.Name, d.now())
-			return refusedSince, errAddressExists
-		}
-		if err != nil {
-			return refusedSince, err
-		}
-		fam := st.Svc.Labels[plan.LabelFamily]
-		d.expect.Expect(addressKey(st.Svc.Labels[plan.LabelClaimUID], fam), st.Address.Name, d.now())
-		if v.Claim != nil && d.Metrics != nil {
-			d.Metrics.served.Observe(d.now().Sub(v.Claim.CreationTimestamp.Time).Seconds())
-		}
-		ip, _ := netip.ParseAddr(st.Address.Spec.Address)
-		if err := d.makeHold(ctx, plan.Handover{Svc: st.Svc, Address: st.Address.Name, IP: ip}); err != nil {
-			// Not the hold yet: the next pass hands the placeholder over (it must not take the
-			// expectation for a hold made).
-			d.expect.Observed(holdKey(st.Address.Name))
-			return refusedSince, err
-		}
-	}
-	for _, s := range p.Nudge {
-		if err := d.nudgeService(ctx, s); err != nil {
-			return refusedSince, err
-		}
-	}
-	return refusedSince, nil
-}
-
-// makeHold pins a placeholder to its IP and makes it the address's hold, in one patch.
-func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
-	s := h.Svc
-	patch := client.MergeFrom(s.DeepCopy())
-	s.Labels[plan.LabelRole] = plan.RoleHold
-	s.Labels[plan.LabelAddress] = h.Address
-	markOwn(s)
-	delete(s.Labels, plan.LabelClaimUID)
-	delete(s.Labels, plan.LabelFamily)
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	s.Annotations[metallb.AnnotationLoadBalancerIPs] = h.IP.String()
-	delete(s.Annotations, plan.AnnotationNudge)
-	if err := d.client.Patch(ctx, s, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			// Gone: no hold is coming from it (the address pass makes one).
-			if name, ok := d.expect.Pending(holdKey(h.Address), d.now()); ok && name == s.Name {
-				d.expect.Observed(holdKey(h.Address))
-			}
-			return nil
-		}
-		return err
-	}
-	d.expect.Expect(holdKey(h.Address), s.Name, d.now())
-	d.written.Wrote(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
-	return nil
-}
-
 // notRelabelled drops the provisioning placeholders this driver has made holds of since the
 // cache's copy: the cache may still show one as provisioning (even as not served yet, when the
 // pass that settled it read it from the apiserver), and a pass deciding from that copy would
@@ -374,13 +216,4 @@ func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []
 		out = append(out, s)
 	}
 	return out
-}
-
-func splitKey(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], i > 0 && i < len(s)-1
-		}
-	}
-	return "", "", false
 }
