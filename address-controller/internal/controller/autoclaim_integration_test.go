@@ -237,7 +237,7 @@ func TestAutoClaimIsNotSkippedForAnAddressWonInARace(t *testing.T) {
 		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
 	})
 	t.Cleanup(func() { del(t, cls) })
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // a clock step, not a wait: raced and guest are created a later second than the class
 	raced := lbService(ns, "raced", maps.Clone(optOut))
 	withAddress(raced, "198.51.100.251")
 	guestAnn := maps.Clone(optOut)

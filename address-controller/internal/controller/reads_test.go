@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -86,7 +85,7 @@ func TestClaimPassesReadTheirAddressesByName(t *testing.T) {
 	for _, a := range addrs {
 		waitAddressPhase(t, a, ipamv1.AddressBound)
 	}
-	time.Sleep(time.Second)
+	settled(t)
 	if got := claimRefLists.count(ns); got > 0 {
 		t.Errorf("the core listed addresses by claimRef %d times for %d claims provisioned by a driver, want none", got, n)
 	}
@@ -102,7 +101,7 @@ func TestClaimPassesReadTheirAddressesByName(t *testing.T) {
 	newAddress(t, "203.0.113.142", "reads-available", nil)
 	newClaim(t, ns, "bind", "reads-available", ipamv1.IPv4)
 	waitClaimPhase(t, ns, "bind", ipamv1.ClaimBound)
-	time.Sleep(time.Second)
+	settled(t)
 	if got := claimRefLists.count(ns); got < 1 || got > 2 {
 		t.Errorf("the core listed addresses by claimRef %d times for one bind, want once (twice if a pass lost a race)", got)
 	}

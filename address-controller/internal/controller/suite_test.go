@@ -301,6 +301,9 @@ func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) er
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Both managers (the core, the test driver) are followed: settled waits for them.
+		Logger:   followed.Logger(logf.Log),
+		NewCache: followed.NewCache,
 		// Tests restart the core in one process: the same controller names come back.
 		Controller: config.Controller{SkipNameValidation: &skip},
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(),
@@ -324,6 +327,37 @@ func startManager(cfg *rest.Config, setup func(context.Context, ctrl.Manager) er
 }
 
 // --- helpers shared by the tests ---
+
+// followed follows the controllers of the core and the test driver.
+var followed = envtestutil.NewReconciles()
+
+// settled waits until the core and the test driver have handled every write made so far
+// (envtestutil's Settle): a sentinel of every kind they watch has reached each of their event
+// handlers, no reconcile runs, no key is queued again within 3 s, and nothing was written since
+// the sentinels. A test asserts what the controllers did not do only after this: a sleep would
+// pass without proving anything when they are slow.
+func settled(t *testing.T) {
+	t.Helper()
+	followed.Settle(t, envtestutil.SettleOptions{Reader: admin, Touch: envtestutil.Sentinels(admin, settleSentinels()...)})
+}
+
+// settleSentinels are one object of every kind the controllers watch, in a namespace of their
+// own, none of them anything to do: a class of another driver, an address and a claim of a class
+// that does not exist, a ClusterIP Service.
+func settleSentinels() []client.Object {
+	const name = "settle-sentinel"
+	ip := netip.MustParseAddr("192.0.2.254")
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
+		&ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip)},
+			Spec: ipamv1.IPAddressSpec{Address: ip.String(), ClassName: name + "-absent"}},
+		&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: name + "-absent", Family: ipamv1.IPv4}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}},
+	}
+}
 
 func newNamespace(t *testing.T) string {
 	t.Helper()

@@ -30,14 +30,14 @@ func TestAttachWriteBudget(t *testing.T) {
 	const ip = "198.51.100.161"
 	_, addr := boundClaimWithAddress(t, ns, "c", "budget", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
-	quiet(t, time.Second)
+	settled(t, ns)
 	before := writesSnapshot()
 	attachedService(t, ns, "web", "c", ip)
 	eventually(t, "the address to say Attached", func() (bool, error) {
 		c, err := addressCondition(addr.Name, ipamv1.ConditionHeld)
 		return c != nil && c.Reason == plan.ReasonAttached, err
 	})
-	quiet(t, time.Second)
+	settled(t, ns)
 	total, refused := writesSince(t, "attach", before)
 	if total > 3 {
 		t.Errorf("the attach took %d driver writes, want at most 3", total)

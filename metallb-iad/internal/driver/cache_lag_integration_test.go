@@ -65,7 +65,7 @@ func TestOnePlaceholderPerClaimFamily(t *testing.T) {
 
 	// What the driver still writes for the class or an earlier test (the class's Accepted
 	// event) is not this test's to count.
-	quiet(t, time.Second)
+	settled(t, ns)
 	// The driver's cache of Services lags its own creates and relabels (the informer of the
 	// placeholders behind that of the claims): a pass that decides from the cache alone makes a
 	// second placeholder (TEST_NO_EXPECTATIONS=1 shows it).
@@ -188,7 +188,7 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 			}
 		}
 	}()
-	quiet(t, time.Second) // the class's own writes are not this test's to count
+	settled(t, ns) // the class's own writes are not this test's to count
 	withWatchLagOn(t, "services", 1500*time.Millisecond)
 	before := writesSnapshot()
 	const n = 3
@@ -210,6 +210,7 @@ func TestAPlaceholderJustMadeAHoldIsNotDeletedFromAStaleCache(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Paced over the lag (not a wait for the driver): the touches come while it lasts.
 		time.Sleep(200 * time.Millisecond)
 	}
 	holds := func() (map[string]string, error) {
@@ -322,7 +323,7 @@ func TestADetachIsMadeOnceWhenTheCacheLagsTheDriversOwnWrites(t *testing.T) {
 	_, a := boundClaimWithAddress(t, ns, "a", "detachonce", ip)
 	waitHeldByPlaceholder(t, a.Name, ip)
 	svc := attachedService(t, ns, "web", "a", ip)
-	quiet(t, time.Second)
+	settled(t, ns)
 	withWatchLagOn(t, "services", 700*time.Millisecond)
 	before := writesSnapshot()
 	var s corev1.Service

@@ -362,22 +362,6 @@ func attachedService(t *testing.T, ns, name, claim, ip string) *corev1.Service {
 	return s
 }
 
-// quiet waits until the driver has made no write for d (its passes settled).
-func quiet(t *testing.T, d time.Duration) {
-	t.Helper()
-	last, since := writesSnapshot(), time.Now()
-	eventually(t, "the driver to settle", func() (bool, error) {
-		now := writesSnapshot()
-		for k, v := range now {
-			if last[k] != v {
-				last, since = now, time.Now()
-				return false, nil
-			}
-		}
-		return time.Since(since) >= d, nil
-	})
-}
-
 // seriesCount is how many times an event was said: once, or its series' count.
 func seriesCount(evs []eventsv1.Event) int {
 	n := 0

@@ -62,9 +62,9 @@ func TestAGoneServiceIsCalledKeptOnlyOnceItStaysGone(t *testing.T) {
 			return true, admin.Update(ctx, &h)
 		})
 	}
-	// A change of the hold brings the address's pass at once; the report is in the driver's
-	// cache within a second.
-	time.Sleep(time.Second)
+	// A change of the hold brings the address's pass at once: touched once the report is in the
+	// driver's cache.
+	cached(t, ev)
 	touch()
 	held := func(reason string) func() (bool, error) {
 		return func() (bool, error) {

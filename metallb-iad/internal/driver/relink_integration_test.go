@@ -216,7 +216,7 @@ func TestClaimGoneUnpinsOnce(t *testing.T) {
 	claim, addr := boundClaimWithAddress(t, ns, "c", "once", ip)
 	waitHeldByPlaceholder(t, addr.Name, ip)
 	svc := attachedService(t, ns, "web", "c", ip)
-	quiet(t, time.Second)
+	settled(t, ns)
 	before := writesSnapshot()
 	// The core's part when a claim with reclaim policy Delete goes: the claim is deleting, the
 	// address is deleted and let go at once.
@@ -239,7 +239,7 @@ func TestClaimGoneUnpinsOnce(t *testing.T) {
 		err := admin.Get(ctx, client.ObjectKey{Name: addr.Name}, &ipamv1.IPAddress{})
 		return len(plan.PinIPs(&s)) == 0 && client.IgnoreNotFound(err) == nil && err != nil, nil
 	})
-	quiet(t, time.Second)
+	settled(t, ns)
 	// Refused writes are logged, not failed on: one answered 404 races the address's own
 	// deletion, and one answered 409 is the optimistic lock that keeps the Service reconciler and
 	// the address reconciler from overwriting each other's AttachedTo — both are retried on a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,7 +18,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -258,8 +258,11 @@ func run(m *testing.M) int {
 	driverCfg := rest.CopyConfig(cfg)
 	driverCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt} })
 	mgr, err := ctrl.NewManager(driverCfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		Scheme: scheme,
+		Logger: reconciles.Logger(logf.Log),
+		// The Service cache's transform is kept: NewCache gets these options.
+		NewCache: reconciles.NewCache,
+		Metrics:  metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: func() map[client.Object]cache.ByObject {
 			by := CacheByObject(testDriverNS)
 			by[&corev1.Service{}] = cache.ByObject{Transform: servicecache.Strip}
@@ -313,40 +316,32 @@ func sweepEvery() time.Duration {
 // driverControllers are the names of the driver's controllers (their work queues' names).
 var driverControllers = []string{"metallb-iad-address", "metallb-iad-claim", "metallb-iad-class", "metallb-iad-service"}
 
-// settled waits until the driver has handled every Service written so far: it writes a
-// sentinel Service (one per test, in the test's namespace ns) and waits for the driver to have
-// handled it (settledOn). A watch delivers a resource's events in order, so every earlier Service
-// event has then reached the driver's cache and its handlers, a lag set by withWatchLagOn
-// included. A test asserts what the driver did not do only after this: a sleep would pass
-// without proving anything when the driver is slow.
-func settled(t *testing.T, ns string) {
+// reconciles follows the driver's controllers: the test manager's logger and cache.
+var reconciles = envtestutil.NewReconciles()
+
+// settled waits until the driver has handled every write made so far (envtestutil's Settle): a
+// sentinel of every kind it watches has reached each of its event handlers, no reconcile runs,
+// no key is queued again within 3 s, its work queues are empty, and nothing was written since
+// the sentinels. A test asserts what the driver did not do only after this: a sleep would pass
+// without proving anything when the driver is slow. The namespace is unused (the sentinels are
+// the suite's own); it is kept so that callers say where they wrote.
+func settled(t *testing.T, _ string) {
 	t.Helper()
-	ctx := context.Background()
-	key := client.ObjectKey{Namespace: ns, Name: "settled-sentinel"}
-	var s corev1.Service
-	if err := admin.Get(ctx, key, &s); apierrors.IsNotFound(err) {
-		s = corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{}},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}}
-		if err := admin.Create(ctx, &s); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Delete(context.Background(), &s) })
-	} else if err != nil {
-		t.Fatal(err)
-	} else {
-		orig := s.DeepCopy()
-		s.Annotations["example.com/settled"] = time.Now().Format(time.RFC3339Nano)
-		if err := admin.Patch(ctx, &s, client.MergeFrom(orig)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	settledOn(t, &s)
+	reconciles.Settle(t, envtestutil.SettleOptions{Reader: admin, Touch: envtestutil.Sentinels(admin, settleSentinels()...),
+		Controllers: driverControllers, Busy: driverBusy})
 }
 
-// settledOn waits until the driver's cache shows obj at its resourceVersion as the apiserver has
-// it now (or a later one), and then until no controller of the driver has work queued or a
-// reconcile running, twice in a row: the reconcile that version brought has run.
+// settledOn waits until the driver has reconciled obj at the resourceVersion the apiserver has
+// now, and everything else written so far (settled).
 func settledOn(t *testing.T, obj client.Object) {
+	t.Helper()
+	settled(t, obj.GetNamespace())
+	cached(t, obj)
+}
+
+// cached waits until the driver's cache shows obj at the resourceVersion the apiserver has now
+// (or a later one).
+func cached(t *testing.T, obj client.Object) {
 	t.Helper()
 	ctx := context.Background()
 	key := client.ObjectKeyFromObject(obj)
@@ -355,22 +350,42 @@ func settledOn(t *testing.T, obj client.Object) {
 	}
 	want := obj.GetResourceVersion()
 	seen := obj.DeepCopyObject().(client.Object)
-	eventuallyWithin(t, time.Minute, fmt.Sprintf("the driver's cache to show %s at resourceVersion %s", key, want), func() (bool, error) {
+	eventually(t, fmt.Sprintf("the driver's cache to show %s at resourceVersion %s", key, want), func() (bool, error) {
 		if err := testCache.Get(ctx, key, seen); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return freshness.RVAtLeast(seen.GetResourceVersion(), want), nil
 	})
-	idleTwice := 0
-	eventuallyWithin(t, time.Minute, "the driver's controllers to finish their work", func() (bool, error) {
-		idle, err := driverIdle()
-		if err != nil || !idle {
-			idleTwice = 0
-			return false, err
-		}
-		idleTwice++
-		return idleTwice >= 2, nil
-	})
+}
+
+// settleSentinels are one object of every kind the driver watches, none of them the driver's
+// business: a Service of a tenant, a claim and an address of a class that does not exist, a
+// class of another driver, a pool no class names, a namespace.
+func settleSentinels() []client.Object {
+	const name = "settle-sentinel"
+	ip := netip.MustParseAddr("192.0.2.254")
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
+		&metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: name},
+			Spec: metallb.IPAddressPoolSpec{Addresses: []string{"192.0.2.252/30"}}},
+		&ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip)},
+			Spec: ipamv1.IPAddressSpec{Address: ip.String(), ClassName: name}},
+		&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: name, Family: ipamv1.IPv4}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}},
+	}
+}
+
+// driverBusy says which controller of the driver has work queued or a reconcile running
+// (controller-runtime's workqueue_depth and controller_runtime_active_workers).
+func driverBusy() (string, error) {
+	idle, err := driverIdle()
+	if err != nil || idle {
+		return "", err
+	}
+	return "a work queue of the driver is not empty or a worker is active", nil
 }
 
 // driverIdle reports whether no controller of the driver has work queued or a reconcile running
