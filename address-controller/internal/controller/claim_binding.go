@@ -26,14 +26,15 @@ import (
 // lists them for the claim (any pass of the claim looks), or a refresh finds them gone or bound
 // elsewhere: a refresh reads them although the cache does not list them yet. An entry lives from
 // a bind to the claim's next pass (the bind's own event brings one), so the memory holds the
-// binds in flight; a claim that goes forgets its own, and an entry expires after ownWriteTTL as
-// the write tracker's do (a freshness.Memory, docs/design.md#the-freshness-kit).
+// binds in flight; a claim that goes forgets its own. An entry does not expire on a clock (a
+// freshness.Memory without a TTL, docs/design.md#the-freshness-kit): a cache more than a TTL
+// behind must still not hide a bind from a pass that writes from it.
 type bindMemory struct {
 	mem freshness.Memory[types.NamespacedName, []string]
 }
 
 func newBindMemory() *bindMemory {
-	return &bindMemory{mem: freshness.Memory[types.NamespacedName, []string]{TTL: ownWriteTTL}}
+	return &bindMemory{mem: freshness.Memory[types.NamespacedName, []string]{}}
 }
 
 func (b *bindMemory) bound(claim types.NamespacedName, address string, now time.Time) {

@@ -50,7 +50,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*pla
 	if len(v.Holds) > 0 {
 		d.expect.Observed(holdKey(a.Name))
 		for _, h := range v.Holds {
-			d.written.Forget(relabelledKey(string(h.UID)))
+			d.expect.Observed(relabelledKey(string(h.UID)))
 		}
 	} else {
 		_, v.HoldExpected = d.expect.Pending(holdKey(a.Name), v.Now)

@@ -106,7 +106,7 @@ func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
 		return err
 	}
 	d.expect.Expect(holdKey(h.Address), s.Name, d.now())
-	d.written.Wrote(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
+	d.expect.Expect(relabelledKey(string(s.UID)), s.ResourceVersion, d.now())
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
@@ -143,7 +144,7 @@ func (d *Driver) freePlaceholderName(ctx context.Context, uid string, fam ipamv1
 		if err != nil {
 			return "", err
 		}
-		if !d.written.Shows(relabelledKey(string(s.UID)), s.ResourceVersion, d.now()) {
+		if _, relabelled := d.expect.Pending(relabelledKey(string(s.UID)), d.now()); relabelled {
 			continue // a hold since this driver's relabel, whatever the cache still shows
 		}
 		if s.Labels[plan.LabelRole] == plan.RoleProvisioning && s.Labels[plan.LabelClaimUID] == uid {
@@ -210,8 +211,11 @@ func (d *Driver) mayExist(name string, now time.Time) bool {
 func (d *Driver) notRelabelled(placeholders []*corev1.Service, now time.Time) []*corev1.Service {
 	out := placeholders[:0:0]
 	for _, s := range placeholders {
-		if !d.written.Shows(relabelledKey(string(s.UID)), s.ResourceVersion, now) {
-			continue
+		if rv, ok := d.expect.Pending(relabelledKey(string(s.UID)), now); ok {
+			if !freshness.RVAtLeast(s.ResourceVersion, rv) {
+				continue
+			}
+			d.expect.Observed(relabelledKey(string(s.UID)))
 		}
 		out = append(out, s)
 	}

@@ -2,7 +2,7 @@
 // remember, between passes, what its cache does not show yet and what it must carry from one pass
 // to the next (docs/design.md#the-freshness-kit):
 //
-//   - Memory: one bounded per-key memory, with a time to live and a size bound;
+//   - Memory: one per-key memory whose entries expire after a time to live;
 //   - Expectations: what a controller just created or deleted, until its cache shows it (the
 //     shape of Kubernetes' ControllerExpectations);
 //   - WriteTracker: the resourceVersion each of its writes left, until its cache shows it.
@@ -19,16 +19,16 @@ import (
 // expired entry costs little and is dropped when it is next looked up.
 const minSweepAt = 1024
 
-// Memory is a bounded per-key memory safe for concurrent use. An entry expires TTL after it was
-// written (Put; Update keeps an existing entry's time), and is dropped when next looked up or
-// when the memory grows past twice the size it had at its last sweep. Past Max entries, writing
-// a new key drops the oldest one. The zero value is an unbounded memory whose entries never
-// expire; set TTL and Max before first use.
+// Memory is a per-key memory safe for concurrent use. An entry expires TTL after it was written
+// (Put; Update keeps an existing entry's time), and is dropped when next looked up or when the
+// memory grows past twice the size it had at its last sweep: with a TTL, it holds at most what
+// was written within about two TTLs. It has no size bound that would drop a live entry: an
+// expectation dropped early is a duplicate create, a wrong write. The zero value is a memory
+// whose entries never expire (its callers bound it by deleting what they no longer need); set
+// TTL before first use.
 type Memory[K comparable, V any] struct {
 	// TTL is how long an entry lives after it was written; zero: for ever.
 	TTL time.Duration
-	// Max bounds the number of entries; zero: unbounded.
-	Max int
 
 	mu      sync.Mutex
 	m       map[K]entry[V]
@@ -102,18 +102,10 @@ func (m *Memory[K, V]) expired(e entry[V], now time.Time) bool {
 	return m.TTL > 0 && now.Sub(e.at) > m.TTL
 }
 
-// put writes e under key, sweeping and evicting to stay within bounds. Called with mu held.
+// put writes e under key, sweeping expired entries as the memory grows. Called with mu held.
 func (m *Memory[K, V]) put(key K, e entry[V], now time.Time) {
 	if m.m == nil {
 		m.m = map[K]entry[V]{}
-	}
-	if _, had := m.m[key]; !had {
-		if m.Max > 0 && len(m.m) >= m.Max {
-			m.sweep(now)
-		}
-		if m.Max > 0 && len(m.m) >= m.Max {
-			m.evictOldest()
-		}
 	}
 	m.m[key] = e
 	if len(m.m) >= m.sweepAt {
@@ -130,21 +122,5 @@ func (m *Memory[K, V]) sweep(now time.Time) {
 		if m.expired(e, now) {
 			delete(m.m, k)
 		}
-	}
-}
-
-// evictOldest drops the entry written longest ago: at worst, what it remembered is learned again
-// (a read, a wait started again).
-func (m *Memory[K, V]) evictOldest() {
-	var oldest K
-	var at time.Time
-	first := true
-	for k, e := range m.m {
-		if first || e.at.Before(at) {
-			oldest, at, first = k, e.at, false
-		}
-	}
-	if !first {
-		delete(m.m, oldest)
 	}
 }
