@@ -1,16 +1,12 @@
 package charts
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // handoverRefusal is MetalLB's message (v0.15.2 through v0.16.2, controller/service.go and its allocator) when it
@@ -26,27 +22,9 @@ func handoverRefusal(ns, name string, users ...string) string {
 // the same report naming any Service outside the driver's namespace, any report about a Service
 // in the driver's namespace (the driver reads those), and every other event are.
 func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
-	cp := startAPIServer(t)
-	ctx := context.Background()
-	if err := cp.InstallCRDs(ctx, filepath.Join(Dir(root, "address-controller"), "files", "crds")); err != nil {
-		t.Fatal(err)
-	}
-	const ns = "cozy-metallb-iad"
-	for _, n := range []string{ns, cp.MetalLBNamespace, "tenant-events", "plain-events"} {
-		if err := cp.EnsureNamespace(ctx, n, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := Load(Dir(root, "metallb-iad"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const ns = driverNamespace
 	// Parking off: this policy does not depend on it.
-	values := map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace, "admissionPolicy": map[string]any{"parking": false}}
-	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, values); err != nil {
-		t.Fatal(err)
-	}
-	w := &metallbEvents{ctx: ctx, client: cp.Client}
+	w := eventsPolicyCluster(t, map[string]any{"admissionPolicy": map[string]any{"parking": false}})
 	coreEvent, newEvent := w.core, w.events
 	refused := func(err error) bool { return apierrors.IsForbidden(err) }
 	eventually(t, 30*time.Second, "the hand-over-events policy to take effect", func() (bool, error) {
@@ -70,17 +48,7 @@ func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
 		}
 	}
 	// An update that turns a recorded report into the hand-over report is refused too.
-	ev, err := cp.Client.CoreV1().Events("tenant-events").Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: "web.update"},
-		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "tenant-events", Name: "web"},
-		Reason:         "AllocationFailed", Type: corev1.EventTypeWarning, Message: `Failed to allocate IP for "tenant-events/web": no available IPs`,
-		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev.Message, ev.Count = handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10"), 2
-	if _, err := cp.Client.CoreV1().Events("tenant-events").Update(ctx, ev, metav1.UpdateOptions{}); !refused(err) {
+	if err := w.rewrite(t, handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10")); !refused(err) {
 		t.Errorf("an update to the hand-over report was recorded (err %v)", err)
 	}
 	// Everything else is recorded.

@@ -1,16 +1,12 @@
 package charts
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // parkedRefusal is MetalLB's message (v0.15.2 through v0.16.2, controller/service.go and its allocator) when it
@@ -23,25 +19,7 @@ func parkedRefusal(ns, name string) string {
 // AllocationFailed about the parking pool is not recorded (core/v1 and events.k8s.io/v1, in any
 // namespace), while every other event, AllocationFailed for another reason included, is.
 func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
-	cp := startAPIServer(t)
-	ctx := context.Background()
-	if err := cp.InstallCRDs(ctx, filepath.Join(Dir(root, "address-controller"), "files", "crds")); err != nil {
-		t.Fatal(err)
-	}
-	const ns = "cozy-metallb-iad"
-	for _, n := range []string{ns, cp.MetalLBNamespace, "tenant-events", "plain-events"} {
-		if err := cp.EnsureNamespace(ctx, n, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := Load(Dir(root, "metallb-iad"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace}); err != nil {
-		t.Fatal(err)
-	}
-	w := &metallbEvents{ctx: ctx, client: cp.Client}
+	w := eventsPolicyCluster(t, map[string]any{})
 	coreEvent, newEvent := w.core, w.events
 	refused := func(err error) bool { return apierrors.IsForbidden(err) }
 	// The policy reaches the apiserver's admission through its informers.
@@ -61,17 +39,7 @@ func TestParkingEventsPolicyOnTheAPIServer(t *testing.T) {
 	}
 	// An update that turns a recorded report into the parking refusal (client-go's recorder
 	// patches an event it has said before) is refused too.
-	ev, err := cp.Client.CoreV1().Events("tenant-events").Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: "web.update"},
-		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "tenant-events", Name: "web"},
-		Reason:         "AllocationFailed", Type: corev1.EventTypeWarning, Message: `Failed to allocate IP for "tenant-events/web": no available IPs`,
-		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev.Message, ev.Count = parkedRefusal("tenant-events", "web"), 2
-	if _, err := cp.Client.CoreV1().Events("tenant-events").Update(ctx, ev, metav1.UpdateOptions{}); !refused(err) {
+	if err := w.rewrite(t, parkedRefusal("tenant-events", "web")); !refused(err) {
 		t.Errorf("an update to MetalLB's refusal of the parking pool was recorded (err %v)", err)
 	}
 	// Everything else is recorded.

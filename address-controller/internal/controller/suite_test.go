@@ -338,25 +338,7 @@ var followed = envtestutil.NewReconciles()
 // pass without proving anything when they are slow.
 func settled(t *testing.T) {
 	t.Helper()
-	followed.Settle(t, envtestutil.SettleOptions{Reader: admin, Touch: envtestutil.Sentinels(admin, settleSentinels()...)})
-}
-
-// settleSentinels are one object of every kind the controllers watch, in a namespace of their
-// own, none of them anything to do: a class of another driver, an address and a claim of a class
-// that does not exist, a ClusterIP Service.
-func settleSentinels() []client.Object {
-	const name = "settle-sentinel"
-	ip := netip.MustParseAddr("192.0.2.254")
-	return []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
-		&ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip)},
-			Spec: ipamv1.IPAddressSpec{Address: ip.String(), ClassName: name + "-absent"}},
-		&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
-			Spec: ipamv1.IPAddressClaimSpec{ClassName: name + "-absent", Family: ipamv1.IPv4}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}},
-	}
+	followed.Settle(t, envtestutil.SettleOptions{Reader: admin, Touch: envtestutil.Sentinels(admin, envtestutil.KindSentinels(envtestutil.SentinelNamespace+"-absent")...)})
 }
 
 func newNamespace(t *testing.T) string {

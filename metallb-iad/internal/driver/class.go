@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -52,50 +53,38 @@ func (d *Driver) classesNaming(ctx context.Context, pool string) []reconcile.Req
 }
 
 func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var class ipamv1.IPAddressClass
-	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if class.Spec.Provisioner != plan.Provisioner {
-		return reconcile.Result{}, nil
-	}
-	poolName := plan.ParseClassParams(&class).Pool
-	var pool *metallb.IPAddressPool
-	if poolName != "" {
-		pool = &metallb.IPAddressPool{}
-		if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: poolName}, pool); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, err
+	var reason, message string
+	done, err := driverkit.AcceptClass(ctx, d.client, req.Name, plan.Provisioner, func(class *ipamv1.IPAddressClass) (metav1.Condition, error) {
+		poolName := plan.ParseClassParams(class).Pool
+		var pool *metallb.IPAddressPool
+		var rivals ipamv1.IPAddressClassList
+		if poolName != "" {
+			pool = &metallb.IPAddressPool{}
+			if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: poolName}, pool); err != nil {
+				if !apierrors.IsNotFound(err) {
+					return metav1.Condition{}, err
+				}
+				pool = nil
 			}
-			pool = nil
+			if err := d.client.List(ctx, &rivals, client.MatchingFields{indexClassPool: poolName}); err != nil {
+				return metav1.Condition{}, err
+			}
 		}
-	}
-	var rivals ipamv1.IPAddressClassList
-	if poolName != "" {
-		if err := d.client.List(ctx, &rivals, client.MatchingFields{indexClassPool: poolName}); err != nil {
-			return reconcile.Result{}, err
+		reason, message = plan.ClassVerdict(class, pool, rivals.Items, d.MetalLBNamespace)
+		status := metav1.ConditionTrue
+		if reason != plan.ReasonAccepted {
+			status = metav1.ConditionFalse
 		}
-	}
-	reason, message := plan.ClassVerdict(&class, pool, rivals.Items, d.MetalLBNamespace)
-	status := metav1.ConditionTrue
-	if reason != plan.ReasonAccepted {
-		status = metav1.ConditionFalse
-	}
-	orig := class.DeepCopy()
-	prev := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted)
-	changed := meta.SetStatusCondition(&class.Status.Conditions, metav1.Condition{
-		Type: ipamv1.ConditionAccepted, Status: status, Reason: reason, Message: message, ObservedGeneration: class.Generation,
+		return metav1.Condition{Status: status, Reason: reason, Message: message}, nil
 	})
-	if !changed {
-		return reconcile.Result{}, nil
-	}
-	if err := d.client.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {
+	if err != nil || !done.Wrote {
 		return reconcile.Result{}, err
 	}
-	if status == metav1.ConditionFalse && reason != plan.ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
-		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
-	} else if status == metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue) {
-		d.announce.Recorder.Eventf(&class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
+	prev := done.Before
+	if reason != plan.ReasonAccepted && reason != plan.ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
+		d.announce.Recorder.Eventf(done.Class, nil, corev1.EventTypeWarning, "PoolRefused", "Accept", "%s", message)
+	} else if reason == plan.ReasonAccepted && (prev == nil || prev.Status != metav1.ConditionTrue) {
+		d.announce.Recorder.Eventf(done.Class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
 	}
 	return reconcile.Result{}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -358,24 +357,12 @@ func cached(t *testing.T, obj client.Object) {
 	})
 }
 
-// settleSentinels are one object of every kind the driver watches, none of them the driver's
-// business: a Service of a tenant, a claim and an address of a class that does not exist, a
-// class of another driver, a pool no class names, a namespace.
+// settleSentinels are envtestutil's sentinels (the claim and the address of a class of another
+// driver) and a pool no class names.
 func settleSentinels() []client.Object {
-	const name = "settle-sentinel"
-	ip := netip.MustParseAddr("192.0.2.254")
-	return []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
-		&metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: name},
-			Spec: metallb.IPAddressPoolSpec{Addresses: []string{"192.0.2.252/30"}}},
-		&ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip)},
-			Spec: ipamv1.IPAddressSpec{Address: ip.String(), ClassName: name}},
-		&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name},
-			Spec: ipamv1.IPAddressClaimSpec{ClassName: name, Family: ipamv1.IPv4}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}},
-	}
+	return append(envtestutil.KindSentinels(envtestutil.SentinelNamespace),
+		&metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: envtestutil.SentinelNamespace},
+			Spec: metallb.IPAddressPoolSpec{Addresses: []string{"192.0.2.252/30"}}})
 }
 
 // driverBusy says which controller of the driver has work queued or a reconcile running

@@ -3,6 +3,7 @@ package envtestutil
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 )
 
 // Reconciles follows what a manager's controllers do, so that a test can wait until they have
@@ -499,6 +503,28 @@ func Sentinels(c client.Client, objs ...client.Object) func(ctx context.Context)
 			out = append(out, o)
 		}
 		return out, nil
+	}
+}
+
+// SentinelNamespace holds the namespaced objects of KindSentinels.
+const SentinelNamespace = "settle-sentinel"
+
+// KindSentinels are sentinels for Settle of the kinds the core and every driver watch, none of
+// them anything to do: their namespace, a class of a provisioner nobody runs, and an address and
+// a claim of className (a class that does not exist, or that other provisioner's) and a
+// ClusterIP Service. A suite adds the kinds only its controllers watch.
+func KindSentinels(className string) []client.Object {
+	const name = SentinelNamespace
+	ip := netip.MustParseAddr("192.0.2.254")
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
+		&ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ipamv1.AddressName(ip)},
+			Spec: ipamv1.IPAddressSpec{Address: ip.String(), ClassName: className}},
+		&ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
+			Spec: ipamv1.IPAddressClaimSpec{ClassName: className, Family: ipamv1.IPv4}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}},
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -88,26 +87,17 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 }
 
 func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var class ipamv1.IPAddressClass
-	if err := d.client.Get(ctx, req.NamespacedName, &class); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if class.Spec.Provisioner != d.Name {
-		return reconcile.Result{}, nil
-	}
-	cond := metav1.Condition{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: driverkit.ReasonAccepted,
-		Message: "the test driver provisions from " + d.IPv4.String() + " and " + d.IPv6.String(), ObservedGeneration: class.Generation}
-	if class.Spec.Parameters["accept"] == "false" {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Refused", "parameter accept is false"
-	}
-	if class.DeletionTimestamp != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, driverkit.ReasonClassDeleting, "the class is being deleted"
-	}
-	orig := class.DeepCopy()
-	if !meta.SetStatusCondition(&class.Status.Conditions, cond) {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{}, d.client.Status().Patch(ctx, &class, client.MergeFrom(orig))
+	_, err := driverkit.AcceptClass(ctx, d.client, req.Name, d.Name, func(class *ipamv1.IPAddressClass) (metav1.Condition, error) {
+		switch {
+		case class.DeletionTimestamp != nil:
+			return metav1.Condition{Status: metav1.ConditionFalse, Reason: driverkit.ReasonClassDeleting, Message: "the class is being deleted"}, nil
+		case class.Spec.Parameters["accept"] == "false":
+			return metav1.Condition{Status: metav1.ConditionFalse, Reason: "Refused", Message: "parameter accept is false"}, nil
+		}
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: driverkit.ReasonAccepted,
+			Message: "the test driver provisions from " + d.IPv4.String() + " and " + d.IPv6.String()}, nil
+	})
+	return reconcile.Result{}, err
 }
 
 func (d *Driver) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

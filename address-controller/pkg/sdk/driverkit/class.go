@@ -1,0 +1,52 @@
+package driverkit
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+)
+
+// Acceptance is what one pass over a class's Accepted condition did: the class as read (nil when
+// it is gone or belongs to another driver), its condition before the pass, and whether the pass
+// wrote a new one.
+type Acceptance struct {
+	Class  *ipamv1.IPAddressClass
+	Before *metav1.Condition
+	Wrote  bool
+}
+
+// AcceptClass is every driver's class pass: it reads the named class and, when the provisioner
+// is the class's driver, sets the Accepted condition that verdict decides for it and patches the
+// status only when the condition changed. verdict returns the condition's status, reason and
+// message; type and observedGeneration are filled in here. An error of verdict is returned
+// without a write, so the pass is retried.
+func AcceptClass(ctx context.Context, c client.Client, name, provisioner string,
+	verdict func(*ipamv1.IPAddressClass) (metav1.Condition, error)) (Acceptance, error) {
+	var class ipamv1.IPAddressClass
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
+		return Acceptance{}, client.IgnoreNotFound(err)
+	}
+	if class.Spec.Provisioner != provisioner {
+		return Acceptance{}, nil
+	}
+	cond, err := verdict(&class)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	cond.Type, cond.ObservedGeneration = ipamv1.ConditionAccepted, class.Generation
+	orig := class.DeepCopy()
+	res := Acceptance{Class: &class, Before: meta.FindStatusCondition(orig.Status.Conditions, ipamv1.ConditionAccepted)}
+	if !meta.SetStatusCondition(&class.Status.Conditions, cond) {
+		return res, nil
+	}
+	if err := c.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {
+		return Acceptance{}, err
+	}
+	res.Wrote = true
+	return res, nil
+}
