@@ -25,6 +25,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -61,6 +62,10 @@ type Component struct {
 	// Env is added to the go command's environment (CGO_ENABLED=0 for binaries that run in
 	// images with no C library of the build host's version).
 	Env []string
+	// Base is a component built from the same pin module with the same flags whose commands
+	// this one also has: when Base is in the cache, those commands are copied from it instead of
+	// linked again (SameBuild says when the flags allow it).
+	Base *Component
 }
 
 const (
@@ -108,6 +113,7 @@ var (
 		Commands: append(append([]string{}, Kubernetes.Commands...), "kube-scheduler", "kube-proxy", "kubelet", "kubeadm"),
 		LDFlags:  Kubernetes.LDFlags,
 		Env:      []string{"CGO_ENABLED=0"},
+		Base:     &Kubernetes,
 	}
 	Etcd = Component{
 		Name:     "etcd",
@@ -200,6 +206,9 @@ func MetalLBAt(version string) Component {
 			"config/crd/bases": "crds",
 			"charts/metallb":   "chart",
 		},
+		// Static like MetalLB's own images, and like the kind node's build of it
+		// (MetalLBNodeAt), which then copies the controller from here.
+		Env: []string{"CGO_ENABLED=0"},
 	}
 	if patched {
 		c.ModuleVersion = base
@@ -211,13 +220,22 @@ func MetalLBAt(version string) Component {
 // MetalLBNodeAt is MetalLB's controller and speaker at version, static, for the images of the
 // kind node (tools/kindnode); a patched version's controller has the patches, as MetalLBAt's.
 func MetalLBNodeAt(version string) Component {
-	c := MetalLBAt(version)
+	base := MetalLBAt(version)
+	c := base
 	c.Name = "metallb-node"
 	c.Packages = []string{"go.universe.tf/metallb/controller", "go.universe.tf/metallb/speaker"}
 	c.Commands = []string{"metallb-controller", "metallb-speaker"}
 	c.Files = nil
-	c.Env = []string{"CGO_ENABLED=0"}
+	c.Base = &base
 	return c
+}
+
+// SameBuild reports whether a and b build a command they share identically: the same module at
+// the same version from the same pin module, with the same patches, linker flags and
+// environment.
+func SameBuild(a, b Component) bool {
+	return a.Module == b.Module && a.Version == b.Version && a.PinDir() == b.PinDir() &&
+		a.PatchesDigest() == b.PatchesDigest() && a.LDFlags == b.LDFlags && slices.Equal(a.Env, b.Env)
 }
 
 func metalLBVersionFromEnv() string {

@@ -272,3 +272,107 @@ func TestMetalLBPatchesApply(t *testing.T) {
 		}
 	}
 }
+
+func TestGoCommandName(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"k8s.io/kubernetes/cmd/kube-apiserver": "kube-apiserver",
+		"go.etcd.io/etcd/server/v3":            "server",
+		"example.com/tool/v1":                  "v1",
+		"example.com/tool/v0":                  "v0",
+		"example.com/tool/v10":                 "tool",
+		"example.com/tool/vx":                  "vx",
+		"tool":                                 "tool",
+	} {
+		if got := goCommandName(pkg); got != want {
+			t.Errorf("goCommandName(%q) = %q, want %q", pkg, got, want)
+		}
+	}
+}
+
+// A component whose Base is built the same way copies the commands they share from Base's cache
+// and compiles only the rest, in one go build, under the component's names (a package ending in
+// a major version included); with other flags it builds everything itself.
+func TestBaseCommandsAreCopiedNotLinkedAgain(t *testing.T) {
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	pins, src := t.TempDir(), t.TempDir()
+	write := func(file, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(src, "go.mod"), "module example.com/kit\n\ngo 1.26.0\n")
+	write(filepath.Join(src, "one", "main.go"), "package main\n\nfunc main() { println(\"one\") }\n")
+	write(filepath.Join(src, "two", "v2", "main.go"), "package main\n\nfunc main() { println(\"two\") }\n")
+	write(filepath.Join(pins, "kit", "go.mod"), "module pin\n\ngo 1.26.0\n\nrequire example.com/kit v1.0.0\n\nreplace example.com/kit => "+src+"\n")
+	base := Component{Name: "kit", Module: "example.com/kit", Version: "v1.0.0",
+		Packages: []string{"example.com/kit/one"}, Commands: []string{"kit-one"}, Env: []string{"CGO_ENABLED=0"}}
+	node := Component{Name: "kit-node", Pin: "kit", Module: base.Module, Version: base.Version,
+		Packages: []string{"example.com/kit/one", "example.com/kit/two/v2"}, Commands: []string{"kit-one", "kit-two"},
+		Env: base.Env, Base: &base}
+	var progress strings.Builder
+	b := &Builder{PinsDir: pins, Progress: &progress}
+	if err := b.Ensure(base); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ensure(node); err != nil {
+		t.Fatal(err)
+	}
+	log := progress.String()
+	if !strings.Contains(log, "kit-one: built as kit's is, copied from its cache") || !strings.Contains(log, "[kit-node v1.0.0] compiling kit-two\n") {
+		t.Fatalf("kit-one should be copied and only kit-two compiled:\n%s", log)
+	}
+	run := func(c Component, cmd, want string) {
+		t.Helper()
+		p, err := c.Path(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(p).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Fatalf("%s printed %q (%v), want %q", p, out, err, want)
+		}
+	}
+	run(node, "kit-one", "one")
+	run(node, "kit-two", "two")
+
+	// Other linker flags: not the same build, nothing copied.
+	other := node
+	other.Name, other.LDFlags = "kit-other", "-X main.unused=1"
+	progress.Reset()
+	if err := b.Ensure(other); err != nil {
+		t.Fatal(err)
+	}
+	if log := progress.String(); strings.Contains(log, "copied") || !strings.Contains(log, "compiling kit-one, kit-two") {
+		t.Fatalf("a build with other flags copied from the base:\n%s", log)
+	}
+	run(other, "kit-one", "one")
+	run(other, "kit-two", "two")
+
+	// A base cached before its build became static (a dynamically linked command under the
+	// same key): a static build does not take it.
+	baseOne, err := base.Path("kit-one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynamic, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatalf("reading /bin/true, the stand-in for a dynamically linked command: %v", err)
+	}
+	if err := os.WriteFile(baseOne, dynamic, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	again := node
+	again.Name = "kit-again"
+	progress.Reset()
+	if err := b.Ensure(again); err != nil {
+		t.Fatal(err)
+	}
+	if log := progress.String(); strings.Contains(log, "copied") {
+		t.Fatalf("a static build copied a dynamically linked command:\n%s", log)
+	}
+	run(again, "kit-one", "one")
+}

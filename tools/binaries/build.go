@@ -2,13 +2,16 @@ package binaries
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -99,14 +102,8 @@ func (b *Builder) build(c Component) error {
 		}
 		buildDir, modDir = work, filepath.Join(work, source)
 	}
-	for i, pkg := range c.Packages {
-		cmd := c.Commands[i]
-		b.say("[%s %s] compiling %s (%d/%d)", c.Name, c.Version, cmd, i+1, len(c.Packages))
-		args := []string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + c.LDFlags),
-			"-o", filepath.Join(tmp, cmd), pkg}
-		if out, err := b.runEnv(buildDir, c.Env, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, cmd), args...); err != nil {
-			return fmt.Errorf("go build %s failed: %w\n%s", pkg, err, tail(out, 40))
-		}
+	if err := b.compile(c, buildDir, tmp); err != nil {
+		return err
 	}
 	if len(c.Files) > 0 {
 		if modDir == "" {
@@ -133,6 +130,60 @@ func (b *Builder) build(c Component) error {
 	}
 	b.say("[%s %s] done in %s: %s", c.Name, c.Version, time.Since(start).Round(time.Second), final)
 	return nil
+}
+
+// compile writes the component's commands into dir: those its Base holds, built the same way,
+// are copied from Base's cache; the rest come from one go build, so that the go command links
+// one command while it compiles another's packages.
+func (b *Builder) compile(c Component, buildDir, dir string) error {
+	var pkgs, cmds []string
+	for i, pkg := range c.Packages {
+		cmd := c.Commands[i]
+		if c.Base != nil && SameBuild(c, *c.Base) && c.Base.Built() {
+			// A cache filled before the base's flags last changed holds another build under
+			// the same key: a static build copies only a static command.
+			if src, err := c.Base.Path(cmd); err == nil && (!slices.Contains(c.Env, "CGO_ENABLED=0") || isStatic(src)) {
+				b.say("[%s %s] %s: built as %s's is, copied from its cache", c.Name, c.Version, cmd, c.Base.Name)
+				if err := copyFile(src, filepath.Join(dir, cmd)); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		pkgs, cmds = append(pkgs, pkg), append(cmds, cmd)
+	}
+	if len(pkgs) == 0 {
+		return nil
+	}
+	names := strings.Join(cmds, ", ")
+	b.say("[%s %s] compiling %s", c.Name, c.Version, names)
+	// The go command names each command after its package path (goCommandName) in the -o
+	// directory; they are renamed to the component's names after.
+	out := filepath.Join(dir, ".go-build")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + c.LDFlags), "-o", out + string(filepath.Separator)}, pkgs...)
+	if o, err := b.runEnv(buildDir, c.Env, fmt.Sprintf("[%s %s] still compiling %s", c.Name, c.Version, names), args...); err != nil {
+		return fmt.Errorf("go build %s failed: %w\n%s", strings.Join(pkgs, " "), err, tail(o, 40))
+	}
+	for i, pkg := range pkgs {
+		if err := os.Rename(filepath.Join(out, goCommandName(pkg)), filepath.Join(dir, cmds[i])); err != nil {
+			return fmt.Errorf("go build %s: %w", pkg, err)
+		}
+	}
+	return os.Remove(out)
+}
+
+// goCommandName is the file name go build gives the command of package path pkg: its last
+// element, or the one before when that is a major version (v2, v3, …; not v0 or v1).
+func goCommandName(pkg string) string {
+	dir, name := path.Split(pkg)
+	if dir != "" && len(name) >= 2 && name[0] == 'v' && name[1] != '0' && name != "v1" &&
+		strings.Trim(name[1:], "0123456789") == "" {
+		return path.Base(dir)
+	}
+	return name
 }
 
 // checkPin fails when the pin module requires another version than the code expects, so the
@@ -332,6 +383,31 @@ func CopyTree(src, dst string) error {
 		}
 		return os.WriteFile(target, data, 0o644)
 	})
+}
+
+// isStatic reports whether the executable at p is statically linked (an ELF file with no
+// program interpreter).
+func isStatic(p string) bool {
+	f, err := elf.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// copyFile copies the command src to dst (mode 0755).
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
 }
 
 func tail(out []byte, lines int) string {

@@ -201,19 +201,28 @@ func lock(path string) (func(), error) {
 
 // buildParts writes rootfs.tar and images/*.tar into dir (renamed into place when complete).
 func buildParts(ctx context.Context, opts Options, dir string) error {
-	b := &binaries.Builder{PinsDir: opts.PinsDir, Progress: opts.Progress}
-	for _, c := range binaries.Node {
-		if err := b.Ensure(c); err != nil {
-			return err
-		}
-	}
 	tmp := fmt.Sprintf("%s.partial-%d", dir, os.Getpid())
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	// debootstrap waits mostly on the mirror and the disk, the binaries' builds on the CPU: they
+	// run side by side.
 	rootfs := filepath.Join(tmp, "rootfs")
-	if err := debootstrap(ctx, opts, rootfs); err != nil {
+	strapCtx, stopStrap := context.WithCancel(ctx)
+	strapped := make(chan error, 1)
+	go func() { strapped <- debootstrap(strapCtx, opts, rootfs) }()
+	b := &binaries.Builder{PinsDir: opts.PinsDir, Progress: opts.Progress}
+	for _, c := range binaries.Node {
+		if err := b.Ensure(c); err != nil {
+			stopStrap()
+			<-strapped
+			return err
+		}
+	}
+	err := <-strapped
+	stopStrap()
+	if err != nil {
 		return err
 	}
 	if err := customize(ctx, opts, rootfs); err != nil {
