@@ -216,7 +216,9 @@ func buildParts(ctx context.Context, opts Options, dir string) error {
 	for _, c := range binaries.Node {
 		if err := b.Ensure(c); err != nil {
 			stopStrap()
-			<-strapped
+			if serr := <-strapped; serr != nil {
+				opts.say("debootstrap stopped: %v", serr)
+			}
 			return err
 		}
 	}
