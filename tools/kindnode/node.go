@@ -209,22 +209,19 @@ func buildParts(ctx context.Context, opts Options, dir string) error {
 	// debootstrap waits mostly on the mirror and the disk, the binaries' builds on the CPU: they
 	// run side by side.
 	rootfs := filepath.Join(tmp, "rootfs")
-	strapCtx, stopStrap := context.WithCancel(ctx)
 	strapped := make(chan error, 1)
-	go func() { strapped <- debootstrap(strapCtx, opts, rootfs) }()
+	go func() { strapped <- debootstrap(ctx, opts, rootfs) }()
 	b := &binaries.Builder{PinsDir: opts.PinsDir, Progress: opts.Progress}
 	for _, c := range binaries.Node {
 		if err := b.Ensure(c); err != nil {
-			stopStrap()
+			// debootstrap is left to finish (killing it would leave its mounts in rootfs).
 			if serr := <-strapped; serr != nil {
-				opts.say("debootstrap stopped: %v", serr)
+				opts.say("debootstrap: %v", serr)
 			}
 			return err
 		}
 	}
-	err := <-strapped
-	stopStrap()
-	if err != nil {
+	if err := <-strapped; err != nil {
 		return err
 	}
 	if err := customize(ctx, opts, rootfs); err != nil {
