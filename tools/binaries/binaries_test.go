@@ -352,27 +352,94 @@ func TestBaseCommandsAreCopiedNotLinkedAgain(t *testing.T) {
 	run(other, "kit-one", "one")
 	run(other, "kit-two", "two")
 
-	// A base cached before its build became static (a dynamically linked command under the
-	// same key): a static build does not take it.
-	baseOne, err := base.Path("kit-one")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// The copy rests on what the base was built with, recorded in its cache, not on what the code
+// declares today: the cache key is the version alone, so a base cached under other linker
+// flags, another pin module (go.mod, go.sum) or before builds were recorded is built again.
+func TestBaseCopyNeedsTheSameRecordedBuild(t *testing.T) {
+	pins, src := t.TempDir(), t.TempDir()
+	write := func(file, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	dynamic, err := os.ReadFile("/bin/true")
-	if err != nil {
-		t.Fatalf("reading /bin/true, the stand-in for a dynamically linked command: %v", err)
+	write(filepath.Join(src, "go.mod"), "module example.com/kit\n\ngo 1.26.0\n")
+	write(filepath.Join(src, "one", "main.go"), "package main\n\nvar stamp = \"new\"\n\nfunc main() { println(stamp) }\n")
+	pinMod := "module pin\n\ngo 1.26.0\n\nrequire example.com/kit v1.0.0\n\nreplace example.com/kit => " + src + "\n"
+	write(filepath.Join(pins, "kit", "go.mod"), pinMod)
+	base := Component{Name: "kit", Module: "example.com/kit", Version: "v1.0.0",
+		Packages: []string{"example.com/kit/one"}, Commands: []string{"kit-one"}, Env: []string{"CGO_ENABLED=0"}}
+	node := Component{Name: "kit-node", Pin: "kit", Module: base.Module, Version: base.Version,
+		Packages: base.Packages, Commands: base.Commands, Env: base.Env, Base: &base}
+	var progress strings.Builder
+	b := &Builder{PinsDir: pins, Progress: &progress}
+	ensureNode := func(t *testing.T, wantCopied bool) {
+		t.Helper()
+		nodeDir, err := node.Dir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(nodeDir); err != nil {
+			t.Fatal(err)
+		}
+		progress.Reset()
+		if err := b.Ensure(node); err != nil {
+			t.Fatal(err)
+		}
+		if copied := strings.Contains(progress.String(), "copied from its cache"); copied != wantCopied {
+			t.Fatalf("copied = %v, want %v:\n%s", copied, wantCopied, progress.String())
+		}
+		p, err := node.Path("kit-one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(p).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "new" {
+			t.Fatalf("%s printed %q (%v), want the build the code declares (\"new\")", p, out, err)
+		}
 	}
-	if err := os.WriteFile(baseOne, dynamic, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	again := node
-	again.Name = "kit-again"
-	progress.Reset()
-	if err := b.Ensure(again); err != nil {
-		t.Fatal(err)
-	}
-	if log := progress.String(); strings.Contains(log, "copied") {
-		t.Fatalf("a static build copied a dynamically linked command:\n%s", log)
-	}
-	run(again, "kit-one", "one")
+
+	t.Run("same recorded build is copied", func(t *testing.T) {
+		t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+		if err := b.Ensure(base); err != nil {
+			t.Fatal(err)
+		}
+		ensureNode(t, true)
+	})
+	t.Run("base cached under other linker flags", func(t *testing.T) {
+		t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+		old := base
+		old.LDFlags = "-X main.stamp=old"
+		if err := b.Ensure(old); err != nil { // the same cache key as base
+			t.Fatal(err)
+		}
+		ensureNode(t, false)
+	})
+	t.Run("base cached from another pin module", func(t *testing.T) {
+		t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+		write(filepath.Join(pins, "kit", "go.mod"), pinMod+"\n// another pin\n")
+		if err := b.Ensure(base); err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(pins, "kit", "go.mod"), pinMod)
+		ensureNode(t, false)
+	})
+	t.Run("base cached before builds were recorded", func(t *testing.T) {
+		t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+		if err := b.Ensure(base); err != nil {
+			t.Fatal(err)
+		}
+		dir, err := base.Dir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, buildRecord)); err != nil {
+			t.Fatal(err)
+		}
+		ensureNode(t, false)
+	})
 }

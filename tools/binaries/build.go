@@ -2,8 +2,9 @@ package binaries
 
 import (
 	"bytes"
-	"debug/elf"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,7 +12,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -102,7 +102,11 @@ func (b *Builder) build(c Component) error {
 		}
 		buildDir, modDir = work, filepath.Join(work, source)
 	}
-	if err := b.compile(c, buildDir, tmp); err != nil {
+	record, err := b.record(c, pin)
+	if err != nil {
+		return err
+	}
+	if err := b.compile(c, record, buildDir, tmp); err != nil {
 		return err
 	}
 	if len(c.Files) > 0 {
@@ -119,6 +123,9 @@ func (b *Builder) build(c Component) error {
 			}
 		}
 	}
+	if err := os.WriteFile(filepath.Join(tmp, buildRecord), record, 0o644); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(tmp, doneMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -132,17 +139,28 @@ func (b *Builder) build(c Component) error {
 	return nil
 }
 
-// compile writes the component's commands into dir: those its Base holds, built the same way,
-// are copied from Base's cache; the rest come from one go build, so that the go command links
-// one command while it compiles another's packages.
-func (b *Builder) compile(c Component, buildDir, dir string) error {
+// compile writes the component's commands into dir: those its Base holds, built as this build
+// is (record), are copied from Base's cache; the rest come from one go build, so that the go
+// command links one command while it compiles another's packages.
+func (b *Builder) compile(c Component, record []byte, buildDir, dir string) error {
+	// The cache key is the version alone, so the base's directory may hold a build made under
+	// flags, a Go or a pin module the code no longer declares: what it was built with is read
+	// from its record, and a base without one (or with another) is not copied.
+	copyBase := false
+	if c.Base != nil && SameBuild(c, *c.Base) && c.Base.Built() {
+		if baseDir, err := c.Base.Dir(); err == nil {
+			baseRecord, err := os.ReadFile(filepath.Join(baseDir, buildRecord))
+			copyBase = err == nil && bytes.Equal(baseRecord, record)
+			if !copyBase {
+				b.say("[%s %s] %s's cache was built another way (or before builds were recorded): not copied", c.Name, c.Version, c.Base.Name)
+			}
+		}
+	}
 	var pkgs, cmds []string
 	for i, pkg := range c.Packages {
 		cmd := c.Commands[i]
-		if c.Base != nil && SameBuild(c, *c.Base) && c.Base.Built() {
-			// A cache filled before the base's flags last changed holds another build under
-			// the same key: a static build copies only a static command.
-			if src, err := c.Base.Path(cmd); err == nil && (!slices.Contains(c.Env, "CGO_ENABLED=0") || isStatic(src)) {
+		if copyBase {
+			if src, err := c.Base.Path(cmd); err == nil {
 				b.say("[%s %s] %s: built as %s's is, copied from its cache", c.Name, c.Version, cmd, c.Base.Name)
 				if err := copyFile(src, filepath.Join(dir, cmd)); err != nil {
 					return err
@@ -173,6 +191,31 @@ func (b *Builder) compile(c Component, buildDir, dir string) error {
 		}
 	}
 	return os.Remove(out)
+}
+
+// buildRecord is written beside doneMarker: how the commands in the directory were built
+// (record), which a component copying them compares with its own build.
+const buildRecord = ".build"
+
+// record describes how the component's commands are built, beyond its cache key: module,
+// version, patches, linker flags, environment, the Go that compiles them and the pin module's
+// go.mod and go.sum. Two builds with equal records make the same commands.
+func (b *Builder) record(c Component, pin string) ([]byte, error) {
+	goVersion, err := b.run(pin, "", "env", "GOVERSION")
+	if err != nil {
+		return nil, fmt.Errorf("asking the go command its version: %w\n%s", err, tail(goVersion, 10))
+	}
+	var r strings.Builder
+	fmt.Fprintf(&r, "module %s\nversion %s\npatches %s\nldflags %s\nenv %s\ngo %s\n",
+		c.Module, c.Version, c.PatchesDigest(), c.LDFlags, strings.Join(c.Env, " "), strings.TrimSpace(string(goVersion)))
+	for _, f := range []string{"go.mod", "go.sum"} {
+		data, err := os.ReadFile(filepath.Join(pin, f))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		fmt.Fprintf(&r, "%s %x\n", f, sha256.Sum256(data))
+	}
+	return []byte(r.String()), nil
 }
 
 // goCommandName is the file name go build gives the command of package path pkg: its last
@@ -383,22 +426,6 @@ func CopyTree(src, dst string) error {
 		}
 		return os.WriteFile(target, data, 0o644)
 	})
-}
-
-// isStatic reports whether the executable at p is statically linked (an ELF file with no
-// program interpreter).
-func isStatic(p string) bool {
-	f, err := elf.Open(p)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return false
-		}
-	}
-	return true
 }
 
 // copyFile copies the command src to dst (mode 0755).
