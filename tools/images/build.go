@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -40,6 +41,19 @@ var Images = []Image{
 
 // DefaultPlatforms are the platforms every image is built for.
 var DefaultPlatforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+
+// ParsePlatforms reads a comma-separated list of OS/architecture pairs ("linux/amd64,linux/arm64").
+func ParsePlatforms(list string) ([]v1.Platform, error) {
+	var out []v1.Platform
+	for _, item := range strings.Split(list, ",") {
+		goos, arch, ok := strings.Cut(strings.TrimSpace(item), "/")
+		if !ok || goos == "" || arch == "" || strings.Contains(arch, "/") {
+			return nil, fmt.Errorf("platform %q is not OS/ARCH (for example linux/arm64)", item)
+		}
+		out = append(out, v1.Platform{OS: goos, Architecture: arch})
+	}
+	return out, nil
+}
 
 // Options says what to stamp into an image.
 type Options struct {

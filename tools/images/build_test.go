@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"context"
+	"debug/elf"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -24,14 +25,35 @@ func buildOpts() Options {
 		Source: "https://github.com/cozystack/reserved-ips"}
 }
 
-func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
+// testPlatforms are the platforms the tests build the shipped images for: this machine's alone,
+// unless IMAGES_TEST_ALL_PLATFORMS=1 (make test-images-all-platforms) asks for every platform a
+// release ships. TestBuildIsMultiArch proves the multi-arch build on a stand-in either way.
+func testPlatforms() []v1.Platform {
+	if os.Getenv("IMAGES_TEST_ALL_PLATFORMS") == "1" {
+		return DefaultPlatforms
+	}
+	return []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}
+}
+
+func platformList(ps []v1.Platform) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.OS+"/"+p.Architecture)
+	}
+	return strings.Join(s, ",")
+}
+
+func TestBuildIsReproducibleAndRuns(t *testing.T) {
 	ctx := context.Background()
 	img := Images[0]
-	first, err := Build(ctx, img, buildOpts())
+	opts := buildOpts()
+	opts.Platforms = testPlatforms()
+	platforms := len(opts.Platforms)
+	first, err := Build(ctx, img, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := Build(ctx, img, buildOpts())
+	second, err := Build(ctx, img, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +63,7 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 		t.Fatalf("two builds of one commit gave %s and %s", d1, d2)
 	}
 	// The SBOMs are reproducible too, and there is one per platform naming its image.
-	if len(first.SBOMs) != 2 || len(second.SBOMs) != 2 {
+	if len(first.SBOMs) != platforms || len(second.SBOMs) != platforms {
 		t.Fatalf("want an SBOM per platform, got %d and %d", len(first.SBOMs), len(second.SBOMs))
 	}
 	for i := range first.SBOMs {
@@ -126,8 +148,8 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 			native = d.Digest
 		}
 	}
-	if strings.Join(arches, ",") != "amd64,arm64" {
-		t.Fatalf("platforms %v, want amd64 and arm64", arches)
+	if want := platformList(opts.Platforms); "linux/"+strings.Join(arches, ",linux/") != want {
+		t.Fatalf("platforms %v, want %s", arches, want)
 	}
 	image, err := idx.Image(native)
 	if err != nil {
@@ -141,33 +163,8 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 		cfg.Config.Labels["org.opencontainers.image.version"] != "v0.0.0-test" || cfg.Config.Labels["org.opencontainers.image.source"] == "" {
 		t.Fatalf("config %+v", cfg.Config)
 	}
-	layers, err := image.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("want one layer on an empty base, got %d (%v)", len(layers), err)
-	}
 	// Extract the binary and run it.
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	bin := filepath.Join(t.TempDir(), img.Name)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			t.Fatal("the binary is not in the layer")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name == "usr/local/bin/"+img.Name {
-			f, _ := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-			_, _ = io.Copy(f, tr)
-			f.Close()
-			break
-		}
-	}
+	bin := extractBinary(t, image, img.Name)
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "v0.0.0-test" {
 		t.Fatalf("the extracted binary printed %q (%v)", out, err)
@@ -187,8 +184,8 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	lm, _ := ii.IndexManifest()
-	if len(lm.Manifests) != 3 || lm.Manifests[0].Digest != d1 || lm.Manifests[1].ArtifactType != SBOMArtifactType {
-		t.Fatalf("layout holds %+v, want %s and two SBOMs", lm.Manifests, d1)
+	if len(lm.Manifests) != 1+platforms || lm.Manifests[0].Digest != d1 || lm.Manifests[1].ArtifactType != SBOMArtifactType {
+		t.Fatalf("layout holds %+v, want %s and %d SBOMs", lm.Manifests, d1, platforms)
 	}
 
 	// Writing the same build into the same layout again (make images twice) lists it once;
@@ -207,7 +204,116 @@ func TestBuildIsReproducibleMultiArchAndRuns(t *testing.T) {
 	for _, m := range lm.Manifests {
 		refs[m.Annotations["org.opencontainers.image.ref.name"]]++
 	}
-	if len(lm.Manifests) != 4 || refs["test"] != 1 || refs["other"] != 1 || refs[""] != 2 {
-		t.Fatalf("after writing test twice and other once the layout holds %+v, want test, other and two SBOMs", lm.Manifests)
+	if len(lm.Manifests) != 2+platforms || refs["test"] != 1 || refs["other"] != 1 || refs[""] != platforms {
+		t.Fatalf("after writing test twice and other once the layout holds %+v, want test, other and %d SBOMs", lm.Manifests, platforms)
+	}
+}
+
+// The multi-arch build, on a stand-in command (testdata/standin) that compiles for a second
+// architecture in seconds: an index with a platform image per default platform, each holding a
+// binary for its architecture, each with an SBOM referrer naming it; the native one runs.
+func TestBuildIsMultiArch(t *testing.T) {
+	img := Image{Name: "standin", Package: "./tools/images/testdata/standin"}
+	built, err := Build(context.Background(), img, buildOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := built.Index.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects, err := built.Subjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != len(DefaultPlatforms) || len(built.SBOMs) != len(DefaultPlatforms) {
+		t.Fatalf("%d platform images and %d SBOMs, want %d each", len(im.Manifests), len(built.SBOMs), len(DefaultPlatforms))
+	}
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	for i, d := range im.Manifests {
+		want := DefaultPlatforms[i]
+		if d.Platform == nil || d.Platform.OS != want.OS || d.Platform.Architecture != want.Architecture {
+			t.Fatalf("manifest %d is for %+v, want %s/%s", i, d.Platform, want.OS, want.Architecture)
+		}
+		if subjects[i] != d.Digest {
+			t.Fatalf("SBOM %d names %s, want the %s image %s", i, subjects[i], want.Architecture, d.Digest)
+		}
+		image, err := built.Index.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := image.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Architecture != want.Architecture || cfg.OS != want.OS {
+			t.Fatalf("the %s image's config says %s/%s", want.Architecture, cfg.OS, cfg.Architecture)
+		}
+		bin := extractBinary(t, image, img.Name)
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatalf("the %s image's binary: %v", want.Architecture, err)
+		}
+		machine := f.Machine
+		f.Close()
+		if m, ok := machines[want.Architecture]; !ok || machine != m {
+			t.Fatalf("the %s image holds a binary for %s", want.Architecture, machine)
+		}
+		if want.Architecture == runtime.GOARCH {
+			if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "v0.0.0-test" {
+				t.Fatalf("the native stand-in printed %q (%v)", out, err)
+			}
+		}
+	}
+}
+
+// extractBinary writes the command name from the image's one layer into a temporary file.
+func extractBinary(t *testing.T, image v1.Image, name string) string {
+	t.Helper()
+	layers, err := image.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("want one layer on an empty base, got %d (%v)", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			t.Fatalf("%s is not in the layer", name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name != "usr/local/bin/"+name {
+			continue
+		}
+		bin := filepath.Join(t.TempDir(), name)
+		f, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+}
+
+func TestParsePlatforms(t *testing.T) {
+	got, err := ParsePlatforms("linux/amd64, linux/arm64")
+	if err != nil || platformList(got) != "linux/amd64,linux/arm64" {
+		t.Fatalf("got %v (%v)", got, err)
+	}
+	for _, bad := range []string{"", "amd64", "linux/", "/arm64", "linux/arm64/v8", "linux/amd64,"} {
+		if _, err := ParsePlatforms(bad); err == nil || !strings.Contains(err.Error(), "OS/ARCH") {
+			t.Errorf("%q: error %v, want one saying OS/ARCH", bad, err)
+		}
 	}
 }

@@ -50,8 +50,9 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	last := -1
 	// The keyless certificates name the ref the workflow ran from; the air-gap guide requires
 	// refs/heads/main (releaseIdentity in tools/mirror/guide_test.go), so the workflow refuses
-	// any other ref before it builds or pushes anything.
-	for _, step := range []string{"sigstore/cosign-installer", `[[ "$GITHUB_REF" == refs/heads/main ]] || {`, `git config user.name`, "make release REGISTRY=", "cosign sign --yes",
+	// any other ref before it builds or pushes anything. make test builds the images for one
+	// platform, so the release tests them for all before it builds what it pushes.
+	for _, step := range []string{"sigstore/cosign-installer", `[[ "$GITHUB_REF" == refs/heads/main ]] || {`, `git config user.name`, "make test-images-all-platforms", "make release REGISTRY=", "cosign sign --yes",
 		"cosign attest --yes --type spdxjson", "make release-commit", `git push origin "refs/tags/$VERSION"`, "gh pr create"} {
 		i := strings.Index(all, step)
 		if i < 0 {

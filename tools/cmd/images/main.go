@@ -1,7 +1,7 @@
 // Command images builds the controllers' images without a Docker engine and keeps the shipped
 // references (images.yaml) and every place derived from them in step.
 //
-//	images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...]
+//	images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [-platforms OS/ARCH,...] [name...]
 //	images sync     derive every place (packages, charts, READMEs, docs) from images.yaml
 //	images check    fail when a derived place does not name the references in images.yaml
 //	images publish -registry REGISTRY -version V [-out DIR] [-plain-http]
@@ -34,9 +34,10 @@ import (
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/images"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-const usage = "usage: images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [name...] | sync | check | publish -registry REGISTRY -version V [-out DIR] [-plain-http]"
+const usage = "usage: images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [-platforms OS/ARCH,...] [name...] | sync | check | publish -registry REGISTRY -version V [-out DIR] [-plain-http]"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -57,6 +58,7 @@ func main() {
 		fs.StringVar(&o.revision, "revision", "", "revision (default: git HEAD)")
 		fs.StringVar(&o.source, "source", "https://github.com/cozystack/reserved-ips", "source repository URL")
 		fs.StringVar(&o.sbomDir, "sbom-dir", "", "also write each SBOM into this directory")
+		fs.StringVar(&o.platforms, "platforms", "", "comma-separated OS/ARCH list (default: linux/amd64,linux/arm64, what a release ships)")
 		fs.BoolVar(&o.update, "update", false, "with -push: write the pushed references into images.yaml and derive every other place")
 		_ = fs.Parse(os.Args[2:])
 		if err := build(root, o, fs.Args()); err != nil {
@@ -152,6 +154,7 @@ func publish(root, reg, version, out string, plainHTTP bool) error {
 
 type buildFlags struct {
 	push, dir, version, revision, source, sbomDir string
+	platforms                                     string
 	update                                        bool
 }
 
@@ -198,11 +201,18 @@ func build(root string, o buildFlags, names []string) error {
 			pushed[k] = v
 		}
 	}
+	var platforms []v1.Platform
+	if o.platforms != "" {
+		var err error
+		if platforms, err = images.ParsePlatforms(o.platforms); err != nil {
+			return fmt.Errorf("-platforms: %w", err)
+		}
+	}
 	// Build every image before pushing any, so a failed build pushes nothing.
 	built := map[string]*images.Built{}
 	for _, img := range todo {
 		b, err := images.Build(context.Background(), img, images.Options{Root: root, Version: o.version, Revision: o.revision,
-			Source: o.source, Progress: os.Stderr})
+			Source: o.source, Platforms: platforms, Progress: os.Stderr})
 		if err != nil {
 			return err
 		}
