@@ -21,7 +21,12 @@ CRD_REF_DOCS_PIN := tools/binaries/crd-ref-docs
 # images.yaml is the one source of truth for the shipped image references; these derive from it.
 IMAGES_DERIVED := images.yaml packages charts dashboards README.md docs deploy
 
-export GOFLAGS := -buildvcs=false
+# Every go command here builds as the shipped images and the pinned binaries are built: static
+# (CGO_ENABLED=0) with trimmed paths. Vet, the tests, the images, the kind node's commands and the
+# Kubernetes build then share one build cache instead of compiling the same dependencies once per
+# setting, which on a cold machine is minutes. For -race: make test CGO_ENABLED=1 TEST_FLAGS=-race.
+export CGO_ENABLED ?= 0
+export GOFLAGS := -buildvcs=false -trimpath
 export E2E_PROVIDER
 # The MetalLB controller every target builds and runs: empty means the version Cozystack ships,
 # tools/binaries' DefaultMetalLBVersion; another pinned one (tools/binaries/metallb/<version>)
@@ -147,7 +152,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, .golangci.yml) over every modu
 	done; exit $$status
 
 .PHONY: test
-test: lint check-generated check-chart-docs check-vendored check-images test-packages binaries test-unit test-metallb-patches test-fuzz test-e2e test-e2e-kind-if-docker test-bench-e2e ## Everything CI runs.
+test: lint check-generated check-chart-docs check-vendored check-images test-packages binaries test-unit test-metallb-patches test-fuzz test-e2e-suites test-bench-e2e ## Everything CI runs.
 
 # helm-unittest, pinned by the tool directive of its own module (outside go.work); make
 # test-packages builds it and stands it in for `helm unittest`, as Cozystack's CI has the plugin.
@@ -267,14 +272,36 @@ kind-node-image: ## Build (or reuse) the offline kind node image: debootstrap ro
 test-kind-node: ## A kind cluster from the offline node image becomes Ready with every kube-system pod running (needs Docker).
 	cd e2e && KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
 
-.PHONY: test-e2e-kind-if-docker
-test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable and the node image is built or can be (root with debootstrap); else one line saying why it did not run.
-	@if ! timeout 10 docker info >/dev/null 2>&1; then \
-		echo "test-e2e-kind: NOT RUN, no usable Docker engine (make docker-start starts one)"; \
+# Why the kind suite cannot run here (empty when it can): no usable Docker engine, or no node image
+# and no way to build one.
+KIND_WHY_NOT = if ! timeout 10 docker info >/dev/null 2>&1; then \
+		echo "no usable Docker engine (make docker-start starts one)"; \
 	elif ! docker image inspect "$$($(GO) run ./tools/cmd/kindnode ref)" >/dev/null 2>&1 && \
 		! { [ "$$(id -u)" = 0 ] && command -v debootstrap >/dev/null; }; then \
-		echo "test-e2e-kind: NOT RUN, the kind node image is not built and building it needs root and debootstrap (make kind-node-image as root)"; \
-	else $(MAKE) test-e2e-kind; fi
+		echo "the kind node image is not built and building it needs root and debootstrap (make kind-node-image as root)"; \
+	fi
+
+.PHONY: test-e2e-kind-if-docker
+test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable and the node image is built or can be (root with debootstrap); else one line saying why it did not run.
+	@why="$$($(KIND_WHY_NOT))"; \
+	if [ -n "$$why" ]; then echo "test-e2e-kind: NOT RUN, $$why"; else $(MAKE) test-e2e-kind; fi
+
+# The kind suite's state and log directory when it runs beside the local suite.
+E2E_STATE_KIND ?= $(LOCALBIN)/e2e-state-kind
+
+# Both suites mostly wait on controllers, so make test runs them side by side: the node image is built
+# first (it is all compiling), then the kind suite starts in the background, its lines prefixed "kind| ",
+# and the local suite runs in the foreground. The target fails when either suite does.
+.PHONY: test-e2e-suites
+test-e2e-suites: ## The local suite and, beside it, the kind suite when a Docker engine is usable (else one line saying why not); kind's lines are prefixed "kind| ".
+	@why="$$($(KIND_WHY_NOT))"; \
+	if [ -n "$$why" ]; then echo "test-e2e-kind: NOT RUN, $$why"; exec $(MAKE) --no-print-directory test-e2e; fi; \
+	$(MAKE) --no-print-directory kind-node-image; \
+	{ $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_STATE=$(E2E_STATE_KIND) 2>&1 | sed -u 's/^/kind| /'; } & kind=$$!; \
+	trap 'kill $$kind 2>/dev/null || true' INT TERM; \
+	status=0; $(MAKE) --no-print-directory test-e2e || { status=$$?; echo "test-e2e (local): FAILED"; }; \
+	if wait $$kind; then echo "test-e2e-kind: ok"; else status=1; echo "test-e2e-kind: FAILED (its lines are prefixed kind|)"; fi; \
+	exit $$status
 
 .PHONY: test-e2e-kind
 test-e2e-kind: ## The end-to-end suite on a kind cluster from the offline node image (needs Docker: make docker-start).

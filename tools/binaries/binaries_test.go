@@ -443,3 +443,38 @@ func TestBaseCopyNeedsTheSameRecordedBuild(t *testing.T) {
 		ensureNode(t, false)
 	})
 }
+
+// A component that sets no CGO_ENABLED builds as the caller's environment says; a base built
+// under another setting is not copied.
+func TestBaseCopyFollowsTheCallersCgoSetting(t *testing.T) {
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	pins, src := t.TempDir(), t.TempDir()
+	for file, text := range map[string]string{
+		filepath.Join(src, "go.mod"):         "module example.com/kit\n\ngo 1.26.0\n",
+		filepath.Join(src, "one", "main.go"): "package main\n\nfunc main() { println(\"one\") }\n",
+		filepath.Join(pins, "kit", "go.mod"): "module pin\n\ngo 1.26.0\n\nrequire example.com/kit v1.0.0\n\nreplace example.com/kit => " + src + "\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := Component{Name: "kit", Module: "example.com/kit", Version: "v1.0.0", Packages: []string{"example.com/kit/one"}, Commands: []string{"kit-one"}}
+	node := base
+	node.Name, node.Pin, node.Base = "kit-node", "kit", &base
+	var progress strings.Builder
+	b := &Builder{PinsDir: pins, Progress: &progress}
+	t.Setenv("CGO_ENABLED", "1")
+	if err := b.Ensure(base); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CGO_ENABLED", "0")
+	if err := b.Ensure(node); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(progress.String(), "copied from its cache") {
+		t.Fatalf("a base built with cgo was copied into a build without:\n%s", progress.String())
+	}
+}

@@ -198,16 +198,18 @@ func (b *Builder) compile(c Component, record []byte, buildDir, dir string) erro
 const buildRecord = ".build"
 
 // record describes how the component's commands are built, beyond its cache key: module,
-// version, patches, linker flags, environment, the Go that compiles them and the pin module's
-// go.mod and go.sum. Two builds with equal records make the same commands.
+// version, patches, linker flags, the go command's version and settings (cgo, target) and the
+// pin module's go.mod and go.sum. Two builds with equal records make the same commands.
 func (b *Builder) record(c Component, pin string) ([]byte, error) {
-	goVersion, err := b.run(pin, "", "env", "GOVERSION")
+	// The go command's settings as the build sees them: the component's Env over the caller's
+	// environment (a CGO_ENABLED the caller exports reaches a component that sets none).
+	settings, err := b.runEnv(pin, c.Env, "", "env", "GOVERSION", "CGO_ENABLED", "GOOS", "GOARCH", "GOAMD64", "GOARM64", "GOEXPERIMENT")
 	if err != nil {
-		return nil, fmt.Errorf("asking the go command its version: %w\n%s", err, tail(goVersion, 10))
+		return nil, fmt.Errorf("asking the go command its settings: %w\n%s", err, tail(settings, 10))
 	}
 	var r strings.Builder
-	fmt.Fprintf(&r, "module %s\nversion %s\npatches %s\nldflags %s\nenv %s\ngo %s\n",
-		c.Module, c.Version, c.PatchesDigest(), c.LDFlags, strings.Join(c.Env, " "), strings.TrimSpace(string(goVersion)))
+	fmt.Fprintf(&r, "module %s\nversion %s\npatches %s\nldflags %s\ngo env %s\n",
+		c.Module, c.Version, c.PatchesDigest(), c.LDFlags, strings.Join(strings.Fields(string(settings)), " "))
 	for _, f := range []string{"go.mod", "go.sum"} {
 		data, err := os.ReadFile(filepath.Join(pin, f))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
