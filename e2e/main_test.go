@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -31,10 +30,12 @@ func TestMain(m *testing.M) {
 	testenv = env.New()
 	testenv.Setup(func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
 		c, err := p.Start(ctx)
-		if errors.Is(err, provider.ErrUnavailable) {
-			unavailable = err.Error()
+		if skip, fatal := provider.Unavailable(err); skip != "" {
+			unavailable = skip
 			fmt.Fprintf(os.Stderr, "SKIPPING the %s run: %s\n", p.Name(), unavailable)
 			return ctx, nil
+		} else if fatal != nil {
+			err = fatal
 		}
 		if err != nil {
 			return ctx, fmt.Errorf("starting the %s cluster: %w", p.Name(), err)

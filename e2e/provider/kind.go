@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -234,7 +237,16 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	os.Setenv("KIND_EXPERIMENTAL_DOCKER_NETWORK", KindNetwork)
 	p := cluster.NewProvider(cluster.ProviderWithDocker())
-	kc := &kindCluster{provider: p, name: fmt.Sprintf("reserved-ips-e2e-%d", os.Getpid())}
+	// A run stopped before its teardown (interrupted, or past go test's -timeout) leaves its
+	// cluster behind: removed here once the process that made it is gone.
+	ns := pidNamespace()
+	if names, err := p.List(); err == nil {
+		for _, name := range StaleClusters(names, ns, processRuns) {
+			fmt.Fprintf(os.Stderr, "deleting the kind cluster %s, left by a run that stopped before its teardown\n", name)
+			deleteStaleCluster(p, name)
+		}
+	}
+	kc := &kindCluster{provider: p, name: fmt.Sprintf("%s%s-%d", clusterPrefix, ns, os.Getpid())}
 	if kc.dir, err = os.MkdirTemp("", kc.name+"-"); err != nil {
 		return nil, err
 	}
@@ -356,4 +368,61 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	ok = true
 	return kc, nil
+}
+
+// clusterPrefix names the suite's kind clusters, followed by the run's pid namespace (pidNamespace)
+// and its pid: a run only ever judges the clusters of runs whose pids it can see.
+const clusterPrefix = "reserved-ips-e2e-"
+
+// pidNamespace identifies this process's pid namespace (the inode of /proc/self/ns/pid), or
+// "unknown" when it cannot be read, then no run is ever judged stale.
+func pidNamespace() string {
+	link, err := os.Readlink("/proc/self/ns/pid")
+	if digits := strings.Trim(strings.TrimPrefix(link, "pid:"), "[]"); err == nil && digits != "" && strings.Trim(digits, "0123456789") == "" {
+		return digits
+	}
+	return "unknown"
+}
+
+// StaleClusters returns the suite's clusters among names made by a run in pid namespace ns that no
+// longer runs (runs says whether a pid does). Other clusters, those of runs in other namespaces
+// (another container sharing the Docker engine) and names of another shape are never returned.
+func StaleClusters(names []string, ns string, runs func(pid int) bool) []string {
+	if ns == "unknown" {
+		return nil
+	}
+	var stale []string
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, clusterPrefix+ns+"-")
+		if !ok {
+			continue
+		}
+		if pid, err := strconv.Atoi(rest); err == nil && pid > 0 && !runs(pid) {
+			stale = append(stale, name)
+		}
+	}
+	return stale
+}
+
+// deleteStaleCluster deletes a cluster a stopped run left, and its kubeconfig's directory (the
+// run's os.MkdirTemp(name+"-")), touching no other kubeconfig.
+func deleteStaleCluster(p *cluster.Provider, name string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), name+"-*"))
+	kubeconfig := filepath.Join(os.TempDir(), name+".stale-kubeconfig")
+	if len(dirs) > 0 {
+		kubeconfig = filepath.Join(dirs[0], "kubeconfig")
+	}
+	if err := p.Delete(name, kubeconfig); err != nil {
+		fmt.Fprintf(os.Stderr, "deleting %s: %v\n", name, err)
+	}
+	_ = os.Remove(filepath.Join(os.TempDir(), name+".stale-kubeconfig"))
+	for _, d := range dirs {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// processRuns says whether a process with this pid exists (one of another user's counts).
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

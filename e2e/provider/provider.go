@@ -4,6 +4,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -37,4 +38,18 @@ func FromEnv() (Provider, error) {
 	default:
 		return nil, fmt.Errorf("unknown E2E_PROVIDER %q (known: local, kind)", name)
 	}
+}
+
+// Unavailable decides what a run does when its provider cannot start here (err wraps
+// ErrUnavailable): skip every test, saying why, or, when E2E_REQUIRE is set (as make does once
+// it has found the provider usable), fail the run, so that a suite that was meant to run never
+// passes by skipping.
+func Unavailable(err error) (skip string, fatal error) {
+	if !errors.Is(err, ErrUnavailable) {
+		return "", err
+	}
+	if os.Getenv("E2E_REQUIRE") != "" {
+		return "", fmt.Errorf("%w (E2E_REQUIRE is set: the run must not skip)", err)
+	}
+	return err.Error(), nil
 }

@@ -59,8 +59,8 @@ type Component struct {
 	// Files are directories of the upstream module copied beside the binaries
 	// (source path in the module → destination name).
 	Files map[string]string
-	// Env is added to the go command's environment (CGO_ENABLED=0 for binaries that run in
-	// images with no C library of the build host's version).
+	// Env is added to the go command's environment, over the builder's (which builds static
+	// for this machine); it is part of the build's record.
 	Env []string
 	// Base is a component built from the same pin module with the same flags whose commands
 	// this one also has: when Base is in the cache, those commands are copied from it instead of

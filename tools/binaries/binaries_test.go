@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -444,10 +445,9 @@ func TestBaseCopyNeedsTheSameRecordedBuild(t *testing.T) {
 	})
 }
 
-// A component that sets no CGO_ENABLED builds as the caller's environment says; a base built
-// under another setting is not copied.
-func TestBaseCopyFollowsTheCallersCgoSetting(t *testing.T) {
-	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+// kitPins writes a one-command module and a pin module for it (named kit), returning PinsDir.
+func kitPins(t *testing.T) string {
+	t.Helper()
 	pins, src := t.TempDir(), t.TempDir()
 	for file, text := range map[string]string{
 		filepath.Join(src, "go.mod"):         "module example.com/kit\n\ngo 1.26.0\n",
@@ -461,20 +461,105 @@ func TestBaseCopyFollowsTheCallersCgoSetting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := Component{Name: "kit", Module: "example.com/kit", Version: "v1.0.0", Packages: []string{"example.com/kit/one"}, Commands: []string{"kit-one"}}
-	node := base
-	node.Name, node.Pin, node.Base = "kit-node", "kit", &base
+	return pins
+}
+
+var kit = Component{Name: "kit", Module: "example.com/kit", Version: "v1.0.0", Packages: []string{"example.com/kit/one"}, Commands: []string{"kit-one"}}
+
+// A component is built static for the cache key's platform whatever the caller exports, so a
+// CGO_ENABLED=1 or GOARCH=arm64 in the caller's environment neither changes what the cache
+// holds nor keeps a base from being copied.
+func TestBuildsDoNotFollowTheCallersGoEnvironment(t *testing.T) {
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	pins := kitPins(t)
+	node := kit
+	node.Name, node.Pin, node.Base = "kit-node", "kit", &kit
 	var progress strings.Builder
 	b := &Builder{PinsDir: pins, Progress: &progress}
 	t.Setenv("CGO_ENABLED", "1")
-	if err := b.Ensure(base); err != nil {
+	other := "arm64"
+	if runtime.GOARCH == other {
+		other = "amd64"
+	}
+	t.Setenv("GOARCH", other)
+	if err := b.Ensure(kit); err != nil {
 		t.Fatal(err)
 	}
+	dir, _ := kit.Dir()
+	record, err := os.ReadFile(filepath.Join(dir, buildRecord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "go env GOVERSION CGO_ENABLED GOOS GOARCH …"
+	var settings []string
+	for _, line := range strings.Split(string(record), "\n") {
+		if rest, ok := strings.CutPrefix(line, "go env "); ok {
+			settings = strings.Fields(rest)
+		}
+	}
+	if len(settings) < 4 || settings[1] != "0" || settings[2] != runtime.GOOS || settings[3] != runtime.GOARCH {
+		t.Errorf("the record of a build under CGO_ENABLED=1 GOARCH=%s does not say static for %s/%s:\n%s", other, runtime.GOOS, runtime.GOARCH, record)
+	}
+	out, err := exec.Command(filepath.Join(dir, "kit-one")).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "one" {
+		t.Fatalf("the command built under the caller's GOARCH=%s does not run here: %v %s", os.Getenv("GOARCH"), err, out)
+	}
 	t.Setenv("CGO_ENABLED", "0")
+	t.Setenv("GOARCH", runtime.GOARCH)
 	if err := b.Ensure(node); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(progress.String(), "copied from its cache") {
-		t.Fatalf("a base built with cgo was copied into a build without:\n%s", progress.String())
+	if !strings.Contains(progress.String(), "copied from its cache") {
+		t.Fatalf("the base was not copied although both were built the same way:\n%s", progress.String())
+	}
+}
+
+// The cache key is the version alone: a cached build whose record differs from the build the
+// code now declares (linker flags changed, or made before builds were recorded) is built again,
+// and one that matches is used as it is.
+func TestACachedBuildMadeAnotherWayIsBuiltAgain(t *testing.T) {
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	var progress strings.Builder
+	b := &Builder{PinsDir: kitPins(t), Progress: &progress}
+	dir, _ := kit.Dir()
+	ensure := func(c Component, want string) {
+		t.Helper()
+		progress.Reset()
+		if err := b.Ensure(c); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(progress.String(), want) {
+			t.Fatalf("Ensure said, wanting %q:\n%s", want, progress.String())
+		}
+		record, err := os.ReadFile(filepath.Join(dir, buildRecord))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(record), "ldflags "+c.LDFlags+"\n") {
+			t.Fatalf("the cache holds another build than asked for (ldflags %q):\n%s", c.LDFlags, record)
+		}
+	}
+	ensure(kit, "compiling kit-one")
+	ensure(kit, "cached in")
+
+	flagged := kit
+	flagged.LDFlags = "-X main.version=v1.0.0"
+	ensure(flagged, `the cached build was made another way ("ldflags ", now "ldflags -X main.version=v1.0.0"): building it again`)
+	ensure(flagged, "cached in")
+
+	if err := os.Remove(filepath.Join(dir, buildRecord)); err != nil {
+		t.Fatal(err)
+	}
+	ensure(flagged, "the cached build was made before builds were recorded: building it again")
+
+	if err := os.Remove(filepath.Join(dir, "kit-one")); err != nil {
+		t.Fatal(err)
+	}
+	ensure(flagged, "the cached build lacks kit-one: building it again")
+	if _, err := os.Stat(filepath.Join(dir, "kit-one")); err != nil {
+		t.Fatal(err)
+	}
+	if leftovers, _ := filepath.Glob(dir + ".*"); len(leftovers) != 0 {
+		t.Errorf("the replaced build is left beside the cache: %v", leftovers)
 	}
 }

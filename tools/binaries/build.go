@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -29,9 +32,15 @@ type Builder struct {
 	Go string
 }
 
-// Ensure builds the component unless the cache already holds it.
+// Ensure builds the component unless the cache already holds it, built as the code now
+// declares (its record): a cached build made another way (other linker flags, another Go, pin
+// module or target, or before builds were recorded) is built again in its place.
 func (b *Builder) Ensure(c Component) error {
-	if c.Built() {
+	why, err := b.stale(c)
+	if err != nil {
+		return err
+	}
+	if why == "" {
 		dir, _ := c.Dir()
 		b.say("[%s %s] cached in %s", c.Name, c.Version, dir)
 		return nil
@@ -48,14 +57,69 @@ func (b *Builder) Ensure(c Component) error {
 		return fmt.Errorf("locking the cache for %s: %w", c.Name, err)
 	}
 	defer unlock()
-	if c.Built() { // another process finished it while we waited for the lock
+	if why, err = b.stale(c); err != nil {
+		return err
+	}
+	if why == "" { // another process finished it while we waited for the lock
 		b.say("[%s %s] built by another process", c.Name, c.Version)
 		return nil
+	}
+	if c.Built() {
+		b.say("[%s %s] the cached build %s: building it again", c.Name, c.Version, why)
 	}
 	if err := b.build(c); err != nil {
 		return fmt.Errorf("building %s %s: %w", c.Name, c.Version, err)
 	}
 	return nil
+}
+
+// stale says why the cache does not hold the component as it is now built ("" when it does).
+func (b *Builder) stale(c Component) (string, error) {
+	if !c.Built() {
+		return "is missing", nil
+	}
+	dir, err := c.Dir()
+	if err != nil {
+		return "", err
+	}
+	for _, f := range append(append([]string{}, c.Commands...), slices.Sorted(maps.Values(c.Files))...) {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "lacks " + f, nil
+		}
+	}
+	want, err := b.record(c, filepath.Join(b.PinsDir, c.PinDir()))
+	if err != nil {
+		return "", err
+	}
+	have, err := os.ReadFile(filepath.Join(dir, buildRecord))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "was made before builds were recorded", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Equal(have, want) {
+		return "was made another way (" + recordDiff(have, want) + ")", nil
+	}
+	return "", nil
+}
+
+// recordDiff quotes the first line of two build records that differs, as it was and as it is now.
+func recordDiff(have, want []byte) string {
+	h, w := strings.Split(string(have), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < len(h) || i < len(w); i++ {
+		var a, b string
+		if i < len(h) {
+			a = h[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			return fmt.Sprintf("%q, now %q", a, b)
+		}
+	}
+	return "records differ"
 }
 
 func (b *Builder) build(c Component) error {
@@ -129,9 +193,13 @@ func (b *Builder) build(c Component) error {
 	if err := os.WriteFile(filepath.Join(tmp, doneMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(final); err != nil {
+	// A build made another way is moved aside, not removed first: a reader finds the old build
+	// or the new one (nothing only between the two renames), and a running command is unharmed.
+	old := fmt.Sprintf("%s.old-%d", final, os.Getpid())
+	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	defer os.RemoveAll(old)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
@@ -201,15 +269,15 @@ const buildRecord = ".build"
 // version, patches, linker flags, the go command's version and settings (cgo, target) and the
 // pin module's go.mod and go.sum. Two builds with equal records make the same commands.
 func (b *Builder) record(c Component, pin string) ([]byte, error) {
-	// The go command's settings as the build sees them: the component's Env over the caller's
-	// environment (a CGO_ENABLED the caller exports reaches a component that sets none).
+	// The go command's settings as the build sees them (runEnv's and the component's over the
+	// caller's environment).
 	settings, err := b.runEnv(pin, c.Env, "", "env", "GOVERSION", "CGO_ENABLED", "GOOS", "GOARCH", "GOAMD64", "GOARM64", "GOEXPERIMENT")
 	if err != nil {
 		return nil, fmt.Errorf("asking the go command its settings: %w\n%s", err, tail(settings, 10))
 	}
 	var r strings.Builder
-	fmt.Fprintf(&r, "module %s\nversion %s\npatches %s\nldflags %s\ngo env %s\n",
-		c.Module, c.Version, c.PatchesDigest(), c.LDFlags, strings.Join(strings.Fields(string(settings)), " "))
+	fmt.Fprintf(&r, "module %s\nversion %s\npatches %s\nldflags %s\nenv %s\ngo env %s\n",
+		c.Module, c.Version, c.PatchesDigest(), c.LDFlags, strings.Join(c.Env, " "), strings.Join(strings.Fields(string(settings)), " "))
 	for _, f := range []string{"go.mod", "go.sum"} {
 		data, err := os.ReadFile(filepath.Join(pin, f))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -363,7 +431,12 @@ func (b *Builder) runEnv(dir string, env []string, heartbeat string, args ...str
 	}
 	cmd := exec.Command(goCmd, args...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false"), env...)
+	// Whatever the caller exports, a component is built static, for the machine its cache key
+	// names and at the default instruction set level, so that every caller on a machine (make,
+	// go run, a test binary) builds the same record and one cached build serves them all; the
+	// component's Env may set cgo (never the target: the key names runtime's).
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false",
+		"CGO_ENABLED=0", "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH, "GOAMD64=", "GOARM64=", "GOEXPERIMENT="), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -189,7 +189,7 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 
 	// The repository's own tests pass on the released tree.
 	run(t, dir, nil, "go", "run", "./tools/cmd/images", "check")
-	run(t, dir, []string{"GOFLAGS=-buildvcs=false"}, "go", "test", "-count=1",
+	run(t, dir, []string{"GOFLAGS=-buildvcs=false -trimpath"}, "go", "test", "-count=1",
 		"-run", "TestShippedImagesAreDerivedEverywhere|TestPackageWrappers|TestPackageImagesReadsTheShippedReferences|TestChart|"+
 			"TestWrappers|TestVendoredChartsAreFresh|TestChartDocsAreFresh",
 		"./tools/images/", "./tools/charts/", "./tools/mirror/")

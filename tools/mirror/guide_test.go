@@ -97,7 +97,7 @@ func TestAirGapGuide(t *testing.T) {
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
 	cmd.Dir = site
-	cmd.Env = append(os.Environ(), "MIRROR="+mirror, "MIRROR_CA="+reg.CAFile, "AUTHFILE="+authFile, "GOFLAGS=-buildvcs=false", "GOWORK=")
+	cmd.Env = append(os.Environ(), "MIRROR="+mirror, "MIRROR_CA="+reg.CAFile, "AUTHFILE="+authFile, "GOFLAGS=-buildvcs=false -trimpath", "GOWORK=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the guide's commands failed: %v\n%s", err, out)
@@ -172,7 +172,7 @@ func TestAirGapGuide(t *testing.T) {
 		cmd := exec.Command("bash", "-euo", "pipefail", "-c", cosignBlock)
 		cmd.Dir = site
 		cmd.Env = append(os.Environ(), "MIRROR_CA="+filepath.Join(bin, "cosign"), "AUTHFILE="+authFile,
-			"PATH="+bin+":"+os.Getenv("PATH"), "GOFLAGS=-buildvcs=false", "GOWORK=")
+			"PATH="+bin+":"+os.Getenv("PATH"), "GOFLAGS=-buildvcs=false -trimpath", "GOWORK=")
 		if out, err := cmd.CombinedOutput(); err == nil {
 			t.Errorf("the guide's signature check succeeded although the mirror could not be read:\n%s", out)
 		}
@@ -232,7 +232,7 @@ func runWithCosign(t *testing.T, dir, script string, env ...string) []cosignCall
 	}
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append(env, "PATH="+bin+":"+os.Getenv("PATH"), "COSIGN_LOG="+logFile, "GOFLAGS=-buildvcs=false", "GOWORK=")...)
+	cmd.Env = append(os.Environ(), append(env, "PATH="+bin+":"+os.Getenv("PATH"), "COSIGN_LOG="+logFile, "GOFLAGS=-buildvcs=false -trimpath", "GOWORK=")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, script, out)
 	}
