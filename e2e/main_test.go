@@ -30,12 +30,11 @@ func TestMain(m *testing.M) {
 	testenv = env.New()
 	testenv.Setup(func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
 		c, err := p.Start(ctx)
-		if skip, fatal := provider.Unavailable(err); skip != "" {
+		skip, err := provider.Unavailable(err)
+		if skip != "" {
 			unavailable = skip
 			fmt.Fprintf(os.Stderr, "SKIPPING the %s run: %s\n", p.Name(), unavailable)
 			return ctx, nil
-		} else if fatal != nil {
-			err = fatal
 		}
 		if err != nil {
 			return ctx, fmt.Errorf("starting the %s cluster: %w", p.Name(), err)
