@@ -295,10 +295,10 @@ test-e2e-kind-if-docker: ## The kind suite when a Docker engine is usable and th
 E2E_PACKAGES ?= ./...
 
 # Both suites mostly wait on controllers, so make test runs them side by side. The local suite runs
-# in the foreground. In the background, in a session of its own, the node image is built at the
-# lowest CPU priority (on a cold machine minutes of compiling, done with the CPU the local suite
-# leaves idle, never taking it from that suite's controllers), then the kind suite runs, every line
-# prefixed "kind| ". The kind run has its own state directory (test-e2e clears its E2E_STATE), runs
+# in the foreground. In the background, in a session of its own, the node image is built at a low
+# CPU priority (nice 10: on a cold machine minutes of compiling, done mostly with the CPU the local
+# suite leaves idle, yet ahead of BESIDE at nice 19, since the kind suite waits for it), then the kind
+# suite runs, every line prefixed "kind| ". The kind run has its own state directory (test-e2e clears its E2E_STATE), runs
 # the suite's package alone (the others do not depend on the provider and run with the local suite)
 # and fails rather than skips when kind cannot start (E2E_REQUIRE). BESIDE names one more target run
 # in the background at the lowest priority, its lines prefixed "BESIDE| " (make test puts the fuzzing
@@ -313,7 +313,7 @@ test-e2e-suites: ## The local suite and, beside it, the kind suite when a Docker
 		setsid bash -o pipefail -c 'nice -n 19 $(MAKE) --no-print-directory $(BESIDE) 2>&1 | sed -u "s/^/$(BESIDE)| /"' & beside=$$!; \
 	fi; \
 	if [ -n "$$why" ]; then echo "test-e2e-kind: NOT RUN, $$why"; else \
-		setsid bash -o pipefail -c '{ nice -n 19 $(MAKE) --no-print-directory kind-node-image && \
+		setsid bash -o pipefail -c '{ nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
 			$(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=.; } 2>&1 | \
 			sed -u "s/^/kind| /"' & kind=$$!; \
 	fi; \

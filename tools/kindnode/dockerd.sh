@@ -27,6 +27,16 @@ start)
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
 	fi
+	# A bridge left in the kernel by an engine that is gone (killed, or its store moved away) keeps
+	# its address and route; a new network given the same subnet would then be unreachable from the
+	# host (two routes, the stale one first). With no dockerd running, every br-* bridge in
+	# 198.18.0.0/15 is such a leftover: dockerd re-creates the bridges of the networks it knows.
+	if ! pgrep -x dockerd >/dev/null && command -v ip >/dev/null; then
+		for dev in $(ip -o -4 addr show | awk '$2 ~ /^br-/ && $4 ~ /^198\.1[89]\./ {print $2}' | sort -u); do
+			echo "dockerd.sh: deleting the stale bridge $dev (no dockerd runs; its subnet is ours)"
+			ip link del "$dev"
+		done
+	fi
 	mkdir -p "$state"
 	(cd tools && go build -o "$state/runc-nosysresource" ./cmd/runc-nosysresource)
 	echo "dockerd.sh: starting dockerd (log: $state/dockerd.log)"
