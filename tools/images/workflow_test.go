@@ -113,3 +113,55 @@ func TestWorkflowActionsArePinned(t *testing.T) {
 		t.Fatal("found no uses: lines; the pattern is wrong")
 	}
 }
+
+// The kind workflow's suite step fails when the cluster cannot come up: it runs the suite through
+// make test-e2e-kind, whose E2E_REQUIRE=1 turns the suite's skip (no usable provider) into a
+// failure; a plain test-e2e E2E_PROVIDER=kind would pass green with every test skipped. Its root
+// build hands the module cache back too, or a later go command cannot add a module beside one
+// root downloaded.
+func TestKindWorkflowFailsWhenKindCannotStart(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, ".github", "workflows", "e2e-kind.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct {
+				Run string `json:"run"`
+			} `json:"steps"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	var suite, chown bool
+	for _, job := range wf.Jobs {
+		for _, s := range job.Steps {
+			for _, line := range strings.Split(s.Run, "\n") {
+				line = strings.TrimSpace(line)
+				if strings.HasPrefix(line, "make test-e2e") {
+					if line != "make test-e2e-kind" {
+						t.Errorf("the kind workflow runs %q: want make test-e2e-kind (fails, not skips, when kind cannot start)", line)
+					}
+					suite = true
+				}
+				if strings.HasPrefix(line, "sudo chown") && strings.Contains(line, "GOMODCACHE") {
+					chown = true
+				}
+			}
+		}
+	}
+	if !suite {
+		t.Error("the kind workflow runs no e2e suite")
+	}
+	if !chown {
+		t.Error("the kind workflow does not hand the module cache back after its root build")
+	}
+	mk, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^test-e2e-kind:.*\n\t.*E2E_PROVIDER=kind E2E_REQUIRE=1`).Match(mk) {
+		t.Error("make test-e2e-kind does not run the suite with E2E_PROVIDER=kind E2E_REQUIRE=1")
+	}
+}
