@@ -297,24 +297,32 @@ E2E_PACKAGES ?= ./...
 # Both suites mostly wait on controllers, so make test runs them side by side. The local suite runs
 # in the foreground. In the background, in a session of its own, the node image is built at a low
 # CPU priority (nice 10: on a cold machine minutes of compiling, done mostly with the CPU the local
-# suite leaves idle, yet ahead of BESIDE at nice 19, since the kind suite waits for it), then the kind
-# suite runs, every line prefixed "kind| ". The kind run has its own state directory (test-e2e clears its E2E_STATE), runs
-# the suite's package alone (the others do not depend on the provider and run with the local suite)
-# and fails rather than skips when kind cannot start (E2E_REQUIRE). BESIDE names one more target run
-# in the background at the lowest priority, its lines prefixed "BESIDE| " (make test puts the fuzzing
-# there: on a cold machine its instrumented compiles are most of its time). Ctrl-C reaches the
-# background sessions through the trap, as SIGTERM (a background job ignores SIGINT); the cluster of
-# an interrupted kind run is deleted by the next. The target fails when any part does, and says which.
+# suite leaves idle, yet ahead of BESIDE at nice 19, since the kind suite waits for it), then the
+# kind suite runs at the normal priority, every line prefixed "kind| ". The kind run has its own
+# state directory (test-e2e clears its E2E_STATE), runs the suite's package alone (the others do not
+# depend on the provider and run with the local suite) and fails rather than skips when kind cannot
+# start (E2E_REQUIRE). BESIDE names one more target run in the background at the lowest priority,
+# its lines prefixed "BESIDE| " (make test puts the fuzzing there: on a cold machine its
+# instrumented compiles are most of its time). Ctrl-C reaches the background sessions through the
+# trap, as SIGTERM (a background job ignores SIGINT); the cluster of an interrupted kind run is
+# deleted by the next. The target fails when any part does, and says which.
+#
+# Where the kernel schedules by session (sched_autogroup, on by default in most distributions), a
+# nice value ranks threads only against those of their own session, so each background session
+# also sets its whole group's nice (autogroup_nice; best effort: raising it needs no privilege,
+# lowering it back for the kind suite does).
+autogroup_nice = { echo $(1) >/proc/self/autogroup; } 2>/dev/null || true
+
 .PHONY: test-e2e-suites
 test-e2e-suites: ## The local suite and, beside it, the kind suite when a Docker engine is usable (else one line saying why not); kind's lines are prefixed "kind| ".
 	@why="$$($(KIND_WHY_NOT))"; kind=; beside=; \
 	trap 'kill -TERM -- $${kind:+-$$kind} $${beside:+-$$beside} 2>/dev/null || true' INT TERM; \
 	if [ -n "$(BESIDE)" ]; then \
-		setsid bash -o pipefail -c 'nice -n 19 $(MAKE) --no-print-directory $(BESIDE) 2>&1 | sed -u "s/^/$(BESIDE)| /"' & beside=$$!; \
+		setsid bash -o pipefail -c '$(call autogroup_nice,19); nice -n 19 $(MAKE) --no-print-directory $(BESIDE) 2>&1 | sed -u "s/^/$(BESIDE)| /"' & beside=$$!; \
 	fi; \
 	if [ -n "$$why" ]; then echo "test-e2e-kind: NOT RUN, $$why"; else \
-		setsid bash -o pipefail -c '{ nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
-			$(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=.; } 2>&1 | \
+		setsid bash -o pipefail -c '$(call autogroup_nice,10); { nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
+			{ $(call autogroup_nice,0); } && $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=.; } 2>&1 | \
 			sed -u "s/^/kind| /"' & kind=$$!; \
 	fi; \
 	status=0; $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=local || { status=$$?; echo "test-e2e (local): FAILED"; }; \

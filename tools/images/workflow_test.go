@@ -127,25 +127,37 @@ func TestKindWorkflowFailsWhenKindCannotStart(t *testing.T) {
 	var wf struct {
 		Jobs map[string]struct {
 			Steps []struct {
-				Run string `json:"run"`
+				Run             string `json:"run"`
+				If              any    `json:"if"`
+				ContinueOnError any    `json:"continue-on-error"`
 			} `json:"steps"`
 		} `json:"jobs"`
 	}
 	if err := yaml.Unmarshal(data, &wf); err != nil {
 		t.Fatal(err)
 	}
+	e2e := regexp.MustCompile(`\btest-e2e\b|\bgo test\b.*\be2e\b`)
 	var suite, chown bool
 	for _, job := range wf.Jobs {
 		for _, s := range job.Steps {
 			for _, line := range strings.Split(s.Run, "\n") {
 				line = strings.TrimSpace(line)
-				if strings.HasPrefix(line, "make test-e2e") {
+				if strings.HasPrefix(line, "#") {
+					continue
+				}
+				if e2e.MatchString(line) || strings.Contains(line, "test-e2e-kind") {
 					if line != "make test-e2e-kind" {
 						t.Errorf("the kind workflow runs %q: want make test-e2e-kind (fails, not skips, when kind cannot start)", line)
 					}
+					if s.If != nil || s.ContinueOnError != nil {
+						t.Errorf("the kind workflow's suite step has if: %v, continue-on-error: %v: its failure must fail the job", s.If, s.ContinueOnError)
+					}
 					suite = true
 				}
-				if strings.HasPrefix(line, "sudo chown") && strings.Contains(line, "GOMODCACHE") {
+				if chown && strings.Contains(line, "make kind-node-image") {
+					t.Error("the kind workflow hands the module cache back before its root build, not after it")
+				}
+				if strings.HasPrefix(line, "sudo chown -R ") && strings.Contains(line, `"$(go env GOMODCACHE)"`) {
 					chown = true
 				}
 			}
@@ -161,7 +173,9 @@ func TestKindWorkflowFailsWhenKindCannotStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^test-e2e-kind:.*\n\t.*E2E_PROVIDER=kind E2E_REQUIRE=1`).Match(mk) {
-		t.Error("make test-e2e-kind does not run the suite with E2E_PROVIDER=kind E2E_REQUIRE=1")
+	recipe := regexp.MustCompile(`(?m)^test-e2e-kind:.*\n\t(.*)$`).FindSubmatch(mk)
+	if recipe == nil || !strings.Contains(string(recipe[1]), "E2E_PROVIDER=kind E2E_REQUIRE=1") ||
+		strings.HasPrefix(string(recipe[1]), "-") || strings.Contains(string(recipe[1]), "||") {
+		t.Errorf("make test-e2e-kind's recipe is %q: want the suite run with E2E_PROVIDER=kind E2E_REQUIRE=1, its failure not ignored", recipe)
 	}
 }

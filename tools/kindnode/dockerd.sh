@@ -16,26 +16,33 @@ pidfile=$state/dockerd.pid
 
 usable() { timeout 10 docker info >/dev/null 2>&1; }
 
+# drop_stale_bridges deletes the bridges in 198.18.0.0/15 (br-<network id>) that belong to no
+# network of the running engine: left in the kernel by an engine that is gone (killed, or its
+# store moved away), such a bridge keeps its address and route, and a new network given the same
+# subnet is then unreachable from the host (two routes, the stale one first).
+drop_stale_bridges() {
+	command -v ip >/dev/null || return 0
+	local ids dev
+	ids=$(docker network ls --no-trunc -q) || return 0
+	for dev in $(ip -o -4 addr show | awk '$2 ~ /^br-/ && $4 ~ /^198\.1[89]\./ {print $2}' | sort -u); do
+		if ! grep -q "^${dev#br-}" <<<"$ids"; then
+			echo "dockerd.sh: deleting the stale bridge $dev (no network of this engine; its subnet is ours)"
+			ip link del "$dev" || echo "dockerd.sh: could not delete $dev" >&2
+		fi
+	done
+}
+
 case "${1:-}" in
 start)
 	if usable; then
 		echo "dockerd.sh: a Docker engine is already running; using it"
+		drop_stale_bridges
 		exit 0
 	fi
 	if ! command -v dockerd >/dev/null; then
 		echo "dockerd.sh: installing docker.io"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
-	fi
-	# A bridge left in the kernel by an engine that is gone (killed, or its store moved away) keeps
-	# its address and route; a new network given the same subnet would then be unreachable from the
-	# host (two routes, the stale one first). With no dockerd running, every br-* bridge in
-	# 198.18.0.0/15 is such a leftover: dockerd re-creates the bridges of the networks it knows.
-	if ! pgrep -x dockerd >/dev/null && command -v ip >/dev/null; then
-		for dev in $(ip -o -4 addr show | awk '$2 ~ /^br-/ && $4 ~ /^198\.1[89]\./ {print $2}' | sort -u); do
-			echo "dockerd.sh: deleting the stale bridge $dev (no dockerd runs; its subnet is ours)"
-			ip link del "$dev"
-		done
 	fi
 	mkdir -p "$state"
 	(cd tools && go build -o "$state/runc-nosysresource" ./cmd/runc-nosysresource)
@@ -53,6 +60,7 @@ start)
 	for _ in $(seq 60); do
 		if usable; then
 			echo "dockerd.sh: dockerd is up (pid $(cat "$state/started"))"
+			drop_stale_bridges
 			exit 0
 		fi
 		sleep 1
