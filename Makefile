@@ -174,7 +174,8 @@ test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 
 # The MetalLB patches (tools/binaries/metallb/patches, docs/metallb-patches.md) are tested as MetalLB
 # tests itself: its own unit tests of the packages they change, run in the patched source of the version
-# they are built on (the one METALLB_VERSION=v0.16.1+patched builds; move it with DefaultMetalLBVersion).
+# they are built on (the one METALLB_VERSION=v0.16.1+patched builds; move it with DefaultMetalLBVersion),
+# with the fixes to MetalLB's own tests under tools/binaries/metallb/test-patches applied too.
 # Static and trimmed like the MetalLB binaries (tools/binaries), so that the compiled dependencies are
 # the ones `make binaries` left in the build cache: on a cold machine that halves the target.
 METALLB_PATCHED      := v0.16.1+patched

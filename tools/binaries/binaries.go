@@ -50,6 +50,10 @@ type Component struct {
 	// which replaces the module in a copy of the pin module for the build. Their digest is part
 	// of the cache key.
 	Patches []Patch
+	// TestPatches change only the module's tests (files ending in _test.go): Source applies them
+	// after Patches, so that the module's own tests can run on the patched source; a build never
+	// does, and they are not part of the cache key.
+	TestPatches []Patch
 	// Packages are the main packages built, in the order of Commands.
 	Packages []string
 	// Commands are the file names of the built binaries.
@@ -169,12 +173,19 @@ const PatchedMetalLBVersion = DefaultMetalLBVersion + PatchedSuffix
 // they are not built).
 var PatchesAlsoApplyTo = []string{"v0.16.2"}
 
-//go:embed metallb/patches/*.patch
+//go:embed metallb/patches/*.patch metallb/test-patches/*.patch
 var metalLBPatchFiles embed.FS
 
 // MetalLBPatches are the patches of a patched MetalLB build, in file-name order.
-func MetalLBPatches() []Patch {
-	names, err := fs.Glob(metalLBPatchFiles, "metallb/patches/*.patch")
+func MetalLBPatches() []Patch { return embeddedPatches("metallb/patches") }
+
+// MetalLBTestPatches fix MetalLB's own tests of the packages the patches change where they fail
+// for reasons of their own (a test racing the code it tests), in file-name order: applied to the
+// source make test-metallb-patches tests, never to a build.
+func MetalLBTestPatches() []Patch { return embeddedPatches("metallb/test-patches") }
+
+func embeddedPatches(dir string) []Patch {
+	names, err := fs.Glob(metalLBPatchFiles, dir+"/*.patch")
 	if err != nil {
 		panic(err) // the pattern is a constant
 	}
@@ -213,6 +224,7 @@ func MetalLBAt(version string) Component {
 	if patched {
 		c.ModuleVersion = base
 		c.Patches = MetalLBPatches()
+		c.TestPatches = MetalLBTestPatches()
 	}
 	return c
 }

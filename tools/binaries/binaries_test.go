@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -250,6 +251,10 @@ func TestMetalLBPatchesApply(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), "func ipModeFor(") {
 		t.Fatalf("the patched source's controller/service.go lacks the first patch: %v", err)
 	}
+	data, err = os.ReadFile(filepath.Join(dir, "internal", "k8s", "controllers", "reconciliation_test.go"))
+	if err != nil || !strings.Contains(string(data), "so wait\n\t\t\t// for the status, not only for the object.") {
+		t.Fatalf("the patched source's reconciliation_test.go lacks the test patch: %v", err)
+	}
 	if err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir); err == nil {
 		t.Fatal("Source wrote into a directory that is not empty")
 	}
@@ -270,6 +275,49 @@ func TestMetalLBPatchesApply(t *testing.T) {
 		}
 		if err := ApplyPatches(src, c.Patches); err != nil {
 			t.Errorf("the patches do not apply to MetalLB %s: %v", v, err)
+		} else if err := ApplyPatches(src, c.TestPatches); err != nil {
+			t.Errorf("the test patches do not apply to MetalLB %s: %v", v, err)
+		}
+	}
+}
+
+// A test patch may change tests only: Source refuses one that changes anything else, before it
+// writes a file, so that the tests make test-metallb-patches runs test the code a build compiles.
+func TestSourceRefusesATestPatchOfCode(t *testing.T) {
+	for _, p := range MetalLBTestPatches() {
+		for _, f := range PatchedFiles(p) {
+			if !strings.HasSuffix(f, "_test.go") {
+				t.Errorf("test patch %s changes %s", p.Name, f)
+			}
+		}
+	}
+	c := MetalLBAt(PatchedMetalLBVersion)
+	code := Patch{Name: "0001-code.patch", Data: []byte("diff --git a/controller/service.go b/controller/service.go\n" +
+		"--- a/controller/service.go\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n")}
+	c.TestPatches = append(c.TestPatches, code)
+	dir := filepath.Join(t.TempDir(), "src")
+	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir)
+	if err == nil || !strings.Contains(err.Error(), "0001-code.patch changes controller/service.go, which is not a test") {
+		t.Fatalf("Source with a test patch of controller/service.go: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("Source wrote %s before refusing the test patch (%v)", dir, err)
+	}
+}
+
+func TestPatchedFiles(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		want []string
+	}{
+		{"diff --git a/x_test.go b/x_test.go\n--- a/x_test.go\n", []string{"x_test.go"}},
+		{"diff --git a/old_test.go b/new.go\nrename from old_test.go\n", []string{"old_test.go", "new.go"}},
+		{"text\ndiff --git a/a_test.go b/a_test.go\n@@\ndiff --git a/b.go b/b.go\n", []string{"a_test.go", "b.go"}},
+		{"diff --git nonsense\n", []string{"nonsense"}},
+		{"no header at all\n", nil},
+	} {
+		if got := PatchedFiles(Patch{Data: []byte(tc.data)}); !slices.Equal(got, tc.want) {
+			t.Errorf("PatchedFiles(%q) = %q, want %q", tc.data, got, tc.want)
 		}
 	}
 }

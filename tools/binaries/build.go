@@ -158,7 +158,7 @@ func (b *Builder) build(c Component) error {
 		// relative path: the binary records the replacement, and the same patches make the
 		// same binary.
 		const source = "patched-source"
-		if err := b.source(c, pin, filepath.Join(work, source)); err != nil {
+		if err := b.source(c, pin, filepath.Join(work, source), false); err != nil {
 			return err
 		}
 		if out, err := b.run(work, "", "mod", "edit", "-replace", c.Module+"=./"+source); err != nil {
@@ -326,7 +326,9 @@ func (b *Builder) checkPin(c Component, pin string) error {
 }
 
 // Source writes the module's source with the component's patches applied into dir (absent or
-// empty): what a patched build compiles, for running the module's own tests on it.
+// empty): what a patched build compiles, for running the module's own tests on it. Its test
+// patches are applied after them; they may change only tests, so the code under test is the
+// code a build compiles.
 func (b *Builder) Source(c Component, dir string) error {
 	pin := filepath.Join(b.PinsDir, c.PinDir())
 	if err := b.checkPin(c, pin); err != nil {
@@ -335,10 +337,23 @@ func (b *Builder) Source(c Component, dir string) error {
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s is not empty", dir)
 	}
-	return b.source(c, pin, dir)
+	return b.source(c, pin, dir, true)
 }
 
-func (b *Builder) source(c Component, pin, dir string) error {
+// source copies the module's source into dir and applies its patches, and its test patches
+// when withTests.
+func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
+	testPatches := c.TestPatches
+	if !withTests {
+		testPatches = nil
+	}
+	for _, p := range testPatches {
+		for _, f := range PatchedFiles(p) {
+			if !strings.HasSuffix(f, "_test.go") {
+				return fmt.Errorf("test patch %s changes %s, which is not a test: only files ending in _test.go may be changed by a test patch", p.Name, f)
+			}
+		}
+	}
 	modDir, err := b.moduleDir(pin, c)
 	if err != nil {
 		return err
@@ -347,15 +362,46 @@ func (b *Builder) source(c Component, pin, dir string) error {
 	if err := CopyTree(modDir, dir); err != nil {
 		return fmt.Errorf("copying the source of %s: %w", c.Module, err)
 	}
-	names := make([]string, len(c.Patches))
-	for i, p := range c.Patches {
-		names[i] = p.Name
-	}
-	b.say("[%s %s] applying %s", c.Name, c.Version, strings.Join(names, ", "))
-	if err := ApplyPatches(dir, c.Patches); err != nil {
-		return fmt.Errorf("patching %s %s: %w", c.Module, c.PinnedVersion(), err)
+	for _, set := range []struct {
+		what    string
+		patches []Patch
+	}{{"patches", c.Patches}, {"test patches", testPatches}} {
+		if len(set.patches) == 0 {
+			continue
+		}
+		names := make([]string, len(set.patches))
+		for i, p := range set.patches {
+			names[i] = p.Name
+		}
+		b.say("[%s %s] applying %s", c.Name, c.Version, strings.Join(names, ", "))
+		if err := ApplyPatches(dir, set.patches); err != nil {
+			return fmt.Errorf("applying the %s to %s %s: %w", set.what, c.Module, c.PinnedVersion(), err)
+		}
 	}
 	return nil
+}
+
+// PatchedFiles lists the files a patch changes, creates or deletes: both sides of each
+// "diff --git a/X b/Y" header.
+func PatchedFiles(p Patch) []string {
+	var files []string
+	for _, line := range strings.Split(string(p.Data), "\n") {
+		rest, ok := strings.CutPrefix(line, "diff --git ")
+		if !ok {
+			continue
+		}
+		a, b, ok := strings.Cut(rest, " b/")
+		if !ok {
+			files = append(files, rest) // not a header git writes: no path passes as a test
+			continue
+		}
+		a = strings.TrimPrefix(a, "a/")
+		files = append(files, a)
+		if b != a {
+			files = append(files, b)
+		}
+	}
+	return files
 }
 
 // ApplyPatches applies the patches to the tree at dir, in order and all or none, with git
