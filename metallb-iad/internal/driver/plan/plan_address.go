@@ -147,9 +147,6 @@ type addressPart struct {
 	conds []condition
 	// detached: the attachment of a Service that is gone ends (status.AttachedTo).
 	detached bool
-	// requeueAlone: the part's re-check replaces the ones composed before it instead of joining
-	// them (the hold's and the adoption's own schedules).
-	requeueAlone bool
 }
 
 // condition is a condition of the address's status a part sets (SetCondition).
@@ -166,7 +163,7 @@ func (p addressPart) set(typ string, ok bool, reason, message string) addressPar
 }
 
 // with composes part q after p: q's writes and events follow p's, its conditions are set after
-// p's, its re-check joins p's (or replaces it, requeueAlone). Of the holds touched, p's nudge
+// p's, the sooner of their re-checks stands. Of the holds touched, p's nudge
 // stands (a release's touch is the hold's nudge when there is one); of the memories of the wait
 // unserved, q's is the newer.
 func (p addressPart) with(q addressPart) addressPart {
@@ -186,11 +183,7 @@ func (p addressPart) with(q addressPart) addressPart {
 	p.Unsay = join(p.Unsay, q.Unsay)
 	p.conds = join(p.conds, q.conds)
 	p.detached = p.detached || q.detached
-	if q.requeueAlone {
-		p.Requeue = q.Requeue
-	} else {
-		p.Requeue = driverkit.Sooner(p.Requeue, q.Requeue)
-	}
+	p.Requeue = driverkit.Sooner(p.Requeue, q.Requeue)
 	return p
 }
 
@@ -318,7 +311,7 @@ func planState(v AddressView, lostReason, lostMessage string, adopter *corev1.Se
 	case adopter != nil:
 		// A Service already serves the IP and links to the address's claim (an admin's pin being
 		// adopted): it attaches next; holding the IP now would only fight it.
-		p := addressPart{requeueAlone: true}.set(ipamv1.ConditionHeld, true, ReasonAdopting,
+		p := addressPart{}.set(ipamv1.ConditionHeld, true, ReasonAdopting,
 			fmt.Sprintf("served by Service %s/%s, which links to the claim", adopter.Namespace, adopter.Name))
 		// Nothing waits on an event alone (docs/design.md#nothing-waits-on-an-event-alone): the
 		// adoption is looked at again.
@@ -397,7 +390,7 @@ func planHold(v AddressView) (addressPart, *corev1.Service) {
 		// does. The restart of MetalLB's controller passes over every Service and serves the
 		// hold by itself; the address is looked at again a minute from now.
 		p = p.with(planKept(v, v.keptMessage()))
-		p.Requeue, p.requeueAlone = driverkit.MaxRecheck, true
+		p.Requeue = driverkit.MaxRecheck
 		return p, hold
 	}
 	p = p.set(ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
@@ -406,7 +399,7 @@ func planHold(v AddressView) (addressPart, *corev1.Service) {
 	if nudge {
 		p.Nudge = hold
 	}
-	p.Requeue, p.requeueAlone = wait, true
+	p.Requeue = wait
 	return p, hold
 }
 
@@ -419,18 +412,18 @@ func planNoHold(v AddressView) addressPart {
 		// Created (or being relabelled from the provisioning placeholder MetalLB gave the
 		// IP) by this driver; the cache has not shown the hold yet. No status either: the
 		// next pass, with the hold in view, writes it once.
-		return addressPart{AddressPlan: AddressPlan{Requeue: time.Second}, requeueAlone: true}
+		return addressPart{AddressPlan: AddressPlan{Requeue: time.Second}}
 	case releasingHolder(v) != nil:
 		// A Service this driver unpinned still shows the IP: a hold now would only get
 		// MetalLB's AllocationFailed. Wait for MetalLB to let go.
 		s := releasingHolder(v)
-		p := addressPart{requeueAlone: true}.set(ipamv1.ConditionHeld, false, ReasonReleasing,
+		p := addressPart{}.set(ipamv1.ConditionHeld, false, ReasonReleasing,
 			fmt.Sprintf("waiting for MetalLB to release %s from Service %s/%s", v.IP, s.Namespace, s.Name))
 		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
 		return p
 	}
 	p := addressPart{AddressPlan: AddressPlan{CreateHold: HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool),
-		Requeue: v.NudgeAfter}, requeueAlone: true}
+		Requeue: v.NudgeAfter}}
 	return p.set(ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, v.Namespace, HoldName(a.Name)))
 }

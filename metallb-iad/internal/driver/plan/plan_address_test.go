@@ -523,6 +523,24 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("requeue %v", p.Requeue)
 			}
 		}},
+		{"a stale holder cleared a moment ago beside a hold MetalLB has not served: look again when the clear is due, not at the hold's later schedule", view(testAddress(ip, Finalizer), func(v *AddressView) {
+			v.Now = t0.Add(5 * time.Minute)
+			h := hold(name, ip, false) // five minutes old: its own look is a minute away
+			h.Annotations[AnnotationNudge] = v.Now.Add(-10 * time.Second).Format(time.RFC3339Nano)
+			v.Holds = []*corev1.Service{h}
+			v.Holders = []Holder{{Svc: svc("x", "former", "former", ip), InIngress: true}}
+			v.Cleared = map[types.UID][]time.Time{"former": {v.Now.Add(-10 * time.Second)}}
+		}), func(t *testing.T, p AddressPlan) {
+			if len(p.ClearIngress) != 0 || p.Nudge != nil {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonWaitingForMetalLB {
+				t.Fatalf("%+v", c)
+			}
+			if p.Requeue <= 0 || p.Requeue > clearEvery-10*time.Second {
+				t.Fatalf("requeue %v: the clear is due in %v", p.Requeue, clearEvery-10*time.Second)
+			}
+		}},
 		{"issue 13 review: cleared clearLimit times and back again: something keeps writing it, a Conflict", view(testAddress(ip, Finalizer), func(v *AddressView) {
 			v.Holds = []*corev1.Service{hold(name, ip, false)}
 			v.Holders = []Holder{{Svc: svc("x", "former", "former", ip), InIngress: true}}
