@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,18 +134,72 @@ func (c *kindCluster) Stop(context.Context) error {
 const KindNetwork = "reserved-ips-kind"
 
 func ensureKindNetwork(ctx context.Context) error {
-	if exec.CommandContext(ctx, "docker", "network", "inspect", KindNetwork).Run() == nil {
+	if exec.CommandContext(ctx, "docker", "network", "inspect", KindNetwork).Run() != nil {
+		out, err := exec.CommandContext(ctx, "docker", "network", "create", "--driver", "bridge",
+			"--subnet", kindnode.Network.Subnet, "--gateway", kindnode.Network.Gateway,
+			"--ipv6", "--subnet", kindnode.Network.IPv6Subnet,
+			"-o", "com.docker.network.bridge.enable_ip_masquerade=true",
+			"-o", "com.docker.network.driver.mtu=1500", KindNetwork).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("creating the docker network %s: %w: %s", KindNetwork, err, out)
+		}
+	}
+	return checkKindBridge(ctx)
+}
+
+// checkKindBridge makes sure the host reaches the kind network through the network's own bridge.
+// A bridge that an earlier Docker engine left behind (its data directory gone, the kernel device
+// not) can hold the same subnet; the kernel may then route the nodes' addresses to that dead
+// bridge, and the nodes, MetalLB's announcements and the traffic test are out of the host's
+// reach with nothing saying why. tools/kindnode/dockerd.sh drops such bridges when it starts an
+// engine; this catches them on an engine started otherwise. Without the ip command it cannot
+// look, and says nothing.
+func checkKindBridge(ctx context.Context) error {
+	ip, err := exec.LookPath("ip")
+	if err != nil {
 		return nil
 	}
-	out, err := exec.CommandContext(ctx, "docker", "network", "create", "--driver", "bridge",
-		"--subnet", kindnode.Network.Subnet, "--gateway", kindnode.Network.Gateway,
-		"--ipv6", "--subnet", kindnode.Network.IPv6Subnet,
-		"-o", "com.docker.network.bridge.enable_ip_masquerade=true",
-		"-o", "com.docker.network.driver.mtu=1500", KindNetwork).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "-f",
+		`{{.Id}} {{index .Options "com.docker.network.bridge.name"}}`, KindNetwork).Output()
 	if err != nil {
-		return fmt.Errorf("creating the docker network %s: %w: %s", KindNetwork, err, out)
+		return fmt.Errorf("inspecting the docker network %s: %w", KindNetwork, err)
+	}
+	want := networkBridge(string(out))
+	node := netip.MustParseAddr(kindnode.Network.Gateway).Next() // the first node's address
+	route, err := exec.CommandContext(ctx, ip, "-o", "route", "get", node.String()).Output()
+	if err != nil {
+		return fmt.Errorf("looking up the host's route to %s: %w", node, err)
+	}
+	if got := routeDevice(string(route)); got != want {
+		return fmt.Errorf("the host routes the kind network %s (%s) through %q, not through the network's own bridge %s: "+
+			"a bridge left by another Docker engine holds the same subnet. Delete it (ip link delete %s), "+
+			"or start the engine with tools/kindnode/dockerd.sh start, which drops such bridges",
+			KindNetwork, kindnode.Network.Subnet, got, want, got)
 	}
 	return nil
+}
+
+// networkBridge is the Linux bridge of a Docker bridge network, from "ID NAME" (the network's id
+// and its com.docker.network.bridge.name option, empty or "<no value>" when unset): the name
+// when set, else br- and the id's first twelve characters, as Docker names it.
+func networkBridge(inspect string) string {
+	id, name, _ := strings.Cut(strings.TrimSpace(inspect), " ")
+	if name = strings.TrimSpace(name); name != "" && name != "<no value>" {
+		return name
+	}
+	return "br-" + id[:min(12, len(id))]
+}
+
+// routeDevice is the device in the output of ip -o route get ("ADDR dev DEV src ..."), empty
+// when it names none.
+func routeDevice(route string) string {
+	fields := strings.Fields(route)
+	for i := 0; i+1 < len(fields); i++ {
+		if fields[i] == "dev" {
+			return fields[i+1]
+		}
+	}
+	return ""
 }
 
 // KindConfig is the suite's cluster: one node from the offline image, dual-stack, with pod and

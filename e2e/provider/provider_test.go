@@ -55,3 +55,29 @@ func TestStaleClustersAreTheSuitesWhoseRunIsGone(t *testing.T) {
 		t.Error("a pid above pid_max is said to run")
 	}
 }
+
+// The kind network's bridge is the one Docker names after the network (or the one its options
+// name), and the device of the host's route is read from ip -o route get.
+func TestKindBridgeNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd <no value>\n": "br-8f31a6d28273",
+		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd \n":           "br-8f31a6d28273",
+		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd kind0\n":      "kind0",
+		"abc": "br-abc",
+	} {
+		if got := networkBridge(in); got != want {
+			t.Errorf("networkBridge(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache \n":              "br-8f31a6d28273",
+		"local 198.18.1.2 dev lo table local src 198.18.1.2 uid 0 \\    cache <local> \n": "lo",
+		"198.18.1.2 via 10.0.0.1 dev eth0 src 10.0.0.5 uid 0 \\    cache \n":              "eth0",
+		"":               "",
+		"198.18.1.2 dev": "",
+	} {
+		if got := routeDevice(in); got != want {
+			t.Errorf("routeDevice(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
