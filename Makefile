@@ -196,7 +196,7 @@ test-images-all-platforms: ## The images' build and release tests with the shipp
 	done
 
 .PHONY: test-metallb-patches
-test-metallb-patches: ## MetalLB's own unit tests of the packages the patches change, on v0.16.1 with tools/binaries/metallb/patches applied.
+test-metallb-patches: ## MetalLB's own unit tests of the packages the patches change, on v0.16.1 with tools/binaries/metallb/patches applied (and the fixes to those tests under test-patches).
 	@src="$$(mktemp -d)"; trap 'rm -rf "$$src"' EXIT; \
 	assets="$$($(BINARIES) envtest)"; \
 	$(BINARIES) source metallb@$(METALLB_PATCHED) "$$src"; \

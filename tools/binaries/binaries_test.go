@@ -291,17 +291,31 @@ func TestSourceRefusesATestPatchOfCode(t *testing.T) {
 			}
 		}
 	}
-	c := MetalLBAt(PatchedMetalLBVersion)
-	code := Patch{Name: "0001-code.patch", Data: []byte("diff --git a/controller/service.go b/controller/service.go\n" +
-		"--- a/controller/service.go\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n")}
-	c.TestPatches = append(c.TestPatches, code)
-	dir := filepath.Join(t.TempDir(), "src")
-	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir)
-	if err == nil || !strings.Contains(err.Error(), "0001-code.patch changes controller/service.go, which is not a test") {
-		t.Fatalf("Source with a test patch of controller/service.go: %v", err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("Source wrote %s before refusing the test patch (%v)", dir, err)
+	const codeDiff = "--- a/controller/service.go\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n"
+	for _, tc := range []struct {
+		name, data, want string
+	}{
+		{"a git diff of code", "diff --git a/controller/service.go b/controller/service.go\n" + codeDiff,
+			"changes controller/service.go, which is not a test"},
+		{"a plain unified diff of code", codeDiff, "changes controller/service.go, which is not a test"},
+		{"a test and code", "diff --git a/controller/service_test.go b/controller/service_test.go\n" +
+			"--- a/controller/service_test.go\n+++ b/controller/service_test.go\n@@ -1 +1 @@\n-package controller\n+package controller\n" +
+			"diff --git a/controller/service.go b/controller/service.go\n" + codeDiff,
+			"changes controller/service.go, which is not a test"},
+		{"no diff at all", "just a message\n", "names no file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := MetalLBAt(PatchedMetalLBVersion)
+			c.TestPatches = append(c.TestPatches, Patch{Name: "0001-code.patch", Data: []byte(tc.data)})
+			dir := filepath.Join(t.TempDir(), "src")
+			err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir)
+			if err == nil || !strings.Contains(err.Error(), "test patch 0001-code.patch "+tc.want) {
+				t.Fatalf("Source: %v, want an error saying the test patch %s", err, tc.want)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("Source wrote %s before refusing the test patch (%v)", dir, err)
+			}
+		})
 	}
 }
 
@@ -310,9 +324,12 @@ func TestPatchedFiles(t *testing.T) {
 		data string
 		want []string
 	}{
-		{"diff --git a/x_test.go b/x_test.go\n--- a/x_test.go\n", []string{"x_test.go"}},
-		{"diff --git a/old_test.go b/new.go\nrename from old_test.go\n", []string{"old_test.go", "new.go"}},
+		{"diff --git a/x_test.go b/x_test.go\n--- a/x_test.go\n+++ b/x_test.go\n", []string{"x_test.go"}},
+		{"diff --git a/old_test.go b/new.go\nsimilarity index 90%\nrename from old_test.go\nrename to new.go\n", []string{"old_test.go", "new.go"}},
 		{"text\ndiff --git a/a_test.go b/a_test.go\n@@\ndiff --git a/b.go b/b.go\n", []string{"a_test.go", "b.go"}},
+		{"--- a/p.go\t2026-12-03 13:00:00\n+++ b/p.go\t2026-12-03 13:01:00\n@@ -1 +1 @@\n", []string{"p.go"}},
+		{"--- /dev/null\n+++ b/new_test.go\n", []string{"new_test.go"}},
+		{"diff --git a/x_test.go b/x_test.go\n@@ -1,2 +1,1 @@\n--- a removed line of content\n x\n", []string{"x_test.go"}},
 		{"diff --git nonsense\n", []string{"nonsense"}},
 		{"no header at all\n", nil},
 	} {

@@ -348,7 +348,11 @@ func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
 		testPatches = nil
 	}
 	for _, p := range testPatches {
-		for _, f := range PatchedFiles(p) {
+		files := PatchedFiles(p)
+		if len(files) == 0 {
+			return fmt.Errorf("test patch %s names no file: it is not a diff git apply reads", p.Name)
+		}
+		for _, f := range files {
 			if !strings.HasSuffix(f, "_test.go") {
 				return fmt.Errorf("test patch %s changes %s, which is not a test: only files ending in _test.go may be changed by a test patch", p.Name, f)
 			}
@@ -381,24 +385,51 @@ func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
 	return nil
 }
 
-// PatchedFiles lists the files a patch changes, creates or deletes: both sides of each
-// "diff --git a/X b/Y" header.
+// PatchedFiles lists the files a patch changes, creates, deletes, renames or copies, as git
+// apply reads them: both paths of each "diff --git a/X b/Y" header and of each pair of "--- X" and
+// "+++ Y" lines (a plain unified diff has only those), and the paths of rename and copy lines,
+// without the a/ and b/ prefixes; /dev/null is left out. A header it cannot read is listed as
+// is, so that it is never taken for a test.
 func PatchedFiles(p Patch) []string {
 	var files []string
-	for _, line := range strings.Split(string(p.Data), "\n") {
-		rest, ok := strings.CutPrefix(line, "diff --git ")
-		if !ok {
+	add := func(f string) {
+		if f != "" && f != "/dev/null" && !slices.Contains(files, f) {
+			files = append(files, f)
+		}
+	}
+	// path is a header's path: up to a tab (diff -u puts a date after it), without its prefix.
+	path := func(f, prefix string) string {
+		f, _, _ = strings.Cut(f, "\t")
+		if f == "/dev/null" {
+			return f
+		}
+		return strings.TrimPrefix(f, prefix)
+	}
+	lines := strings.Split(string(p.Data), "\n")
+	for i, line := range lines {
+		if rest, ok := strings.CutPrefix(line, "diff --git "); ok {
+			a, b, ok := strings.Cut(rest, " b/")
+			if !ok {
+				files = append(files, rest)
+				continue
+			}
+			add(path(a, "a/"))
+			add(b)
 			continue
 		}
-		a, b, ok := strings.Cut(rest, " b/")
-		if !ok {
-			files = append(files, rest) // not a header git writes: no path passes as a test
+		if from, ok := strings.CutPrefix(line, "--- "); ok && i+1 < len(lines) {
+			// A file header only when the next line is its +++ line: a removed line of
+			// content can start with "-- " too.
+			if to, ok := strings.CutPrefix(lines[i+1], "+++ "); ok {
+				add(path(from, "a/"))
+				add(path(to, "b/"))
+			}
 			continue
 		}
-		a = strings.TrimPrefix(a, "a/")
-		files = append(files, a)
-		if b != a {
-			files = append(files, b)
+		for _, prefix := range []string{"rename from ", "rename to ", "copy from ", "copy to "} {
+			if f, ok := strings.CutPrefix(line, prefix); ok {
+				add(f)
+			}
 		}
 	}
 	return files
