@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -152,54 +153,105 @@ func ensureKindNetwork(ctx context.Context) error {
 // not) can hold the same subnet; the kernel may then route the nodes' addresses to that dead
 // bridge, and the nodes, MetalLB's announcements and the traffic test are out of the host's
 // reach with nothing saying why. tools/kindnode/dockerd.sh drops such bridges when it starts an
-// engine; this catches them on an engine started otherwise. Without the ip command it cannot
-// look, and says nothing.
+// engine; this catches them on an engine started otherwise, and says what else it finds: the
+// network made earlier with other subnets, or a host whose route to the nodes goes elsewhere.
+// Without the ip command it cannot look, and says nothing.
 func checkKindBridge(ctx context.Context) error {
 	ip, err := exec.LookPath("ip")
 	if err != nil {
 		return nil
 	}
 	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "-f",
-		`{{.Id}} {{index .Options "com.docker.network.bridge.name"}}`, KindNetwork).Output()
+		`{{.Id}}|{{index .Options "com.docker.network.bridge.name"}}|{{range .IPAM.Config}}{{.Subnet}} {{end}}`, KindNetwork).Output()
 	if err != nil {
-		return fmt.Errorf("inspecting the docker network %s: %w", KindNetwork, err)
+		return fmt.Errorf("inspecting the docker network %s: %w%s", KindNetwork, err, stderrOf(err))
 	}
-	want := networkBridge(string(out))
+	want, subnets := networkBridge(string(out))
+	if !slices.Contains(subnets, kindnode.Network.Subnet) {
+		return fmt.Errorf("the docker network %s has the subnets %q, not %s and %s: it was made some other way; "+
+			"remove it (docker network rm %s) and the suite makes it again",
+			KindNetwork, subnets, kindnode.Network.Subnet, kindnode.Network.IPv6Subnet, KindNetwork)
+	}
 	node := netip.MustParseAddr(kindnode.Network.Gateway).Next() // the first node's address
-	route, err := exec.CommandContext(ctx, ip, "-o", "route", "get", node.String()).Output()
+	out, err = exec.CommandContext(ctx, ip, "-o", "route", "get", node.String()).Output()
 	if err != nil {
-		return fmt.Errorf("looking up the host's route to %s: %w", node, err)
+		return fmt.Errorf("looking up the host's route to %s: %w%s", node, err, stderrOf(err))
 	}
-	if got := routeDevice(string(route)); got != want {
-		return fmt.Errorf("the host routes the kind network %s (%s) through %q, not through the network's own bridge %s: "+
+	r := parseRoute(string(out))
+	switch {
+	case r.dev == want:
+		return nil
+	case !r.local && !r.via && isBridge(r.dev):
+		return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, not through the network's own bridge %s: "+
 			"a bridge left by another Docker engine holds the same subnet. Delete it (ip link delete %s), "+
 			"or start the engine with tools/kindnode/dockerd.sh start, which drops such bridges",
-			KindNetwork, kindnode.Network.Subnet, got, want, got)
+			KindNetwork, kindnode.Network.Subnet, r.dev, want, r.dev)
+	default:
+		return fmt.Errorf("the host's route to the first kind node's address %s is %q, not through the network's bridge %s: "+
+			"the nodes are out of this host's reach. Either the Docker engine runs in another network namespace "+
+			"(rootless, remote through DOCKER_HOST, Docker Desktop), which the kind suite cannot use, "+
+			"or another interface on this host holds %s (a VPN's, for instance)",
+			node, strings.TrimSpace(string(out)), want, kindnode.Network.Subnet)
 	}
-	return nil
 }
 
-// networkBridge is the Linux bridge of a Docker bridge network, from "ID NAME" (the network's id
-// and its com.docker.network.bridge.name option, empty or "<no value>" when unset): the name
-// when set, else br- and the id's first twelve characters, as Docker names it.
-func networkBridge(inspect string) string {
-	id, name, _ := strings.Cut(strings.TrimSpace(inspect), " ")
-	if name = strings.TrimSpace(name); name != "" && name != "<no value>" {
-		return name
-	}
-	return "br-" + id[:min(12, len(id))]
-}
-
-// routeDevice is the device in the output of ip -o route get ("ADDR dev DEV src ..."), empty
-// when it names none.
-func routeDevice(route string) string {
-	fields := strings.Fields(route)
-	for i := 0; i+1 < len(fields); i++ {
-		if fields[i] == "dev" {
-			return fields[i+1]
-		}
+// stderrOf is ": " and what a failed command wrote to its standard error, if anything.
+func stderrOf(err error) string {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && len(bytes.TrimSpace(exit.Stderr)) > 0 {
+		return ": " + string(bytes.TrimSpace(exit.Stderr))
 	}
 	return ""
+}
+
+// networkBridge reads "ID|NAME|SUBNET ..." (a Docker bridge network's id, its
+// com.docker.network.bridge.name option, empty or "<no value>" when unset, and its subnets): the
+// network's Linux bridge, the name when set, else br- and the id's first twelve characters as
+// Docker names it, and its subnets.
+func networkBridge(inspect string) (bridge string, subnets []string) {
+	parts := strings.SplitN(strings.TrimSpace(inspect), "|", 3)
+	for len(parts) < 3 {
+		parts = append(parts, "")
+	}
+	id, name := strings.TrimSpace(parts[0]), strings.TrimSpace(parts[1])
+	subnets = strings.Fields(parts[2])
+	if name != "" && name != "<no value>" {
+		return name, subnets
+	}
+	return "br-" + id[:min(12, len(id))], subnets
+}
+
+// route is what ip -o route get says of an address: the device, whether through a gateway
+// (via), and whether the address is the host's own (local).
+type route struct {
+	dev        string
+	via, local bool
+}
+
+func parseRoute(out string) route {
+	var r route
+	fields := strings.Fields(out)
+	r.local = len(fields) > 0 && fields[0] == "local"
+	for i := 0; i+1 < len(fields); i++ {
+		switch fields[i] {
+		case "dev":
+			r.dev = fields[i+1]
+		case "via":
+			r.via = true
+		}
+	}
+	return r
+}
+
+// sysClassNet is where the kernel lists network devices; a bridge has a bridge directory there.
+var sysClassNet = "/sys/class/net"
+
+func isBridge(dev string) bool {
+	if dev == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(sysClassNet, dev, "bridge"))
+	return err == nil
 }
 
 // KindConfig is the suite's cluster: one node from the offline image, dual-stack, with pod and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,27 +58,100 @@ func TestStaleClustersAreTheSuitesWhoseRunIsGone(t *testing.T) {
 }
 
 // The kind network's bridge is the one Docker names after the network (or the one its options
-// name), and the device of the host's route is read from ip -o route get.
+// name), and the host's route is read from ip -o route get.
 func TestKindBridgeNames(t *testing.T) {
+	const id = "8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd"
 	for in, want := range map[string]string{
-		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd <no value>\n": "br-8f31a6d28273",
-		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd \n":           "br-8f31a6d28273",
-		"8f31a6d28273c0ffee0123456789abcdef0123456789abcdef0123456789abcd kind0\n":      "kind0",
-		"abc": "br-abc",
+		id + "|<no value>|198.18.1.0/24 2001:db8:1::/64 \n": "br-8f31a6d28273",
+		id + "||198.18.1.0/24 \n":                           "br-8f31a6d28273",
+		id + "|kind0|198.18.1.0/24\n":                       "kind0",
+		"abc":                                               "br-abc",
 	} {
-		if got := networkBridge(in); got != want {
+		if got, _ := networkBridge(in); got != want {
 			t.Errorf("networkBridge(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for in, want := range map[string]string{
-		"198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache \n":              "br-8f31a6d28273",
-		"local 198.18.1.2 dev lo table local src 198.18.1.2 uid 0 \\    cache <local> \n": "lo",
-		"198.18.1.2 via 10.0.0.1 dev eth0 src 10.0.0.5 uid 0 \\    cache \n":              "eth0",
-		"":               "",
-		"198.18.1.2 dev": "",
+	if _, subnets := networkBridge(id + "|<no value>|198.18.1.0/24 2001:db8:1::/64 \n"); !slices.Equal(subnets, []string{"198.18.1.0/24", "2001:db8:1::/64"}) {
+		t.Errorf("subnets %q", subnets)
+	}
+	for in, want := range map[string]route{
+		"198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache \n":              {dev: "br-8f31a6d28273"},
+		"local 198.18.1.2 dev lo table local src 198.18.1.2 uid 0 \\    cache <local> \n": {dev: "lo", local: true},
+		"198.18.1.2 via 10.0.0.1 dev eth0 src 10.0.0.5 uid 0 \\    cache \n":              {dev: "eth0", via: true},
+		"":               {},
+		"198.18.1.2 dev": {},
 	} {
-		if got := routeDevice(in); got != want {
-			t.Errorf("routeDevice(%q) = %q, want %q", in, got, want)
+		if got := parseRoute(in); got != want {
+			t.Errorf("parseRoute(%q) = %+v, want %+v", in, got, want)
 		}
+	}
+}
+
+// checkKindBridge passes when the host's route to the first node goes through the network's
+// bridge, blames a stale bridge (and says how to delete it) only when another bridge takes the
+// route directly, and otherwise says the nodes are out of reach without telling anyone to delete
+// an interface. Fake docker and ip commands answer what a host in each case would.
+func TestCheckKindBridge(t *testing.T) {
+	bin, sys := t.TempDir(), t.TempDir()
+	for name, script := range map[string]string{
+		"docker": "#!/bin/sh\nprintf '%s' \"$FAKE_INSPECT\"\n",
+		"ip":     "#!/bin/sh\n[ -n \"$FAKE_IP_ERR\" ] && { echo \"$FAKE_IP_ERR\" >&2; exit 2; }\nprintf '%s' \"$FAKE_ROUTE\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := os.MkdirAll(filepath.Join(sys, "br-deadbeef0000", "bridge"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(sys, "eth0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := sysClassNet
+	sysClassNet = sys
+	t.Cleanup(func() { sysClassNet = old })
+
+	const ours = "8f31a6d28273c0ffee0123456789abcdef|<no value>|198.18.1.0/24 2001:db8:1::/64 "
+	for _, tc := range []struct {
+		name, inspect, route, ipErr string
+		want                        []string // in the error; none: no error
+		not                         string
+	}{
+		{name: "its own bridge", inspect: ours, route: "198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache "},
+		{name: "a stale bridge", inspect: ours, route: "198.18.1.2 dev br-deadbeef0000 src 198.18.1.1 uid 0 \\    cache ",
+			want: []string{"through the bridge br-deadbeef0000, not through the network's own bridge br-8f31a6d28273", "ip link delete br-deadbeef0000"}},
+		{name: "through a gateway", inspect: ours, route: "198.18.1.2 via 10.0.0.1 dev eth0 src 10.0.0.5 uid 0 \\    cache ",
+			want: []string{"out of this host's reach", "another network namespace", "via 10.0.0.1 dev eth0"}, not: "ip link delete"},
+		{name: "a local address", inspect: ours, route: "local 198.18.1.2 dev lo table local src 198.18.1.2 uid 0 \\    cache <local> ",
+			want: []string{"out of this host's reach"}, not: "ip link delete"},
+		{name: "the network made with other subnets", inspect: "8f31a6d28273c0ffee|<no value>|172.30.0.0/16 ",
+			want: []string{`has the subnets ["172.30.0.0/16"]`, "docker network rm reserved-ips-kind"}},
+		{name: "no route", inspect: ours, ipErr: "RTNETLINK answers: Network is unreachable",
+			want: []string{"looking up the host's route to 198.18.1.2", "Network is unreachable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FAKE_INSPECT", tc.inspect)
+			t.Setenv("FAKE_ROUTE", tc.route)
+			t.Setenv("FAKE_IP_ERR", tc.ipErr)
+			err := checkKindBridge(t.Context())
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v\nlacks %q", err, w)
+				}
+			}
+			if tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("%v\nsays %q", err, tc.not)
+			}
+		})
 	}
 }
