@@ -614,6 +614,22 @@ func fuzzAddressView(data []byte) AddressView {
 			v.Stale.Since = fuzzNow.Add(-time.Duration(c.n(24)) * 30 * time.Second)
 		}
 	}
+	// A Service MetalLB shows the IP on although nothing on it requests it (a stale holder,
+	// plan_address.go): none, or one in another namespace.
+	if c.n(2) == 1 {
+		others = append(others, svc("x", "former", "former-uid", ip.String()))
+		refreshAddressView(&v, others)
+	}
+	// The stale-holder clears already made (plan_address.go): none, or for each other Service
+	// up to clearLimit of them, clearEvery apart, the last one less than clearEvery ago.
+	if c.n(2) == 1 {
+		v.Cleared = map[types.UID][]time.Time{}
+		for _, s := range others {
+			for j := c.n(clearLimit + 1); j > 0; j-- {
+				v.Cleared[s.UID] = append(v.Cleared[s.UID], fuzzNow.Add(-time.Duration(j-1)*clearEvery-time.Duration(c.n(30))*time.Second))
+			}
+		}
+	}
 	return v
 }
 
@@ -684,6 +700,19 @@ func checkAddressPlan(t *testing.T, v AddressView, p AddressPlan) {
 	}
 	if p.Requeue > driverkit.MaxRecheck || p.Requeue < 0 {
 		t.Fatalf("requeue %v", p.Requeue)
+	}
+	// A stale holder's clear that is not due yet is looked at again by the time it is, whatever
+	// else the address waits for.
+	if (a.DeletionTimestamp == nil || !teardown) && v.Class != nil && v.Class.Spec.Provisioner == Provisioner {
+		adopter := adoptingService(v)
+		for _, h := range v.Holders {
+			if !staleHolder(v, adopter, h) {
+				continue
+			}
+			if due, wait := clearDue(v.Cleared[h.Svc.UID], v.Now); !due && (p.Requeue <= 0 || p.Requeue > wait) {
+				t.Fatalf("the clear of stale holder %s is due in %v, the address is looked at again in %v", h.Svc.Name, wait, p.Requeue)
+			}
+		}
 	}
 	status := a.Status
 	if p.Status != nil {
