@@ -23,9 +23,10 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 		Permissions map[string]string `json:"permissions"`
 		Jobs        map[string]struct {
 			Steps []struct {
-				Name string `json:"name"`
-				Run  string `json:"run"`
-				Uses string `json:"uses"`
+				Name string         `json:"name"`
+				Run  string         `json:"run"`
+				Uses string         `json:"uses"`
+				With map[string]any `json:"with"`
 			} `json:"steps"`
 		} `json:"jobs"`
 	}
@@ -33,6 +34,16 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	data = []byte(strings.Replace(string(data), "\non:\n", "\n\"on\":\n", 1))
 	if err := yaml.Unmarshal(data, &wf); err != nil {
 		t.Fatal(err)
+	}
+	// A release compiles from nothing another workflow's run could have written: setup-go's
+	// cache (on by default) restores what any branch's run saved.
+	for _, s := range wf.Jobs["release"].Steps {
+		if strings.HasPrefix(s.Uses, "actions/setup-go@") && s.With["cache"] != false {
+			t.Errorf("the release's setup-go step has cache %v, want false", s.With["cache"])
+		}
+		if strings.HasPrefix(s.Uses, "actions/cache@") {
+			t.Errorf("the release restores a cache (%s)", s.Uses)
+		}
 	}
 	if _, ok := wf.On["workflow_dispatch"]; !ok || wf.On["push"] != nil {
 		t.Errorf("triggers %v: want workflow_dispatch only", wf.On)
