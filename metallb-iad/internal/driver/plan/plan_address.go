@@ -388,7 +388,7 @@ func planHold(v AddressView) (addressPart, *corev1.Service) {
 	if v.kept() {
 		// Nothing the driver can write frees the IP, a nudge included; the admin is told what
 		// does. The restart of MetalLB's controller passes over every Service and serves the
-		// hold by itself; the address is looked at again a minute from now.
+		// hold by itself; the address is looked at again a minute from now at the latest.
 		p = p.with(planKept(v, v.keptMessage()))
 		p.Requeue = driverkit.MaxRecheck
 		return p, hold
