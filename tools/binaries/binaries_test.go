@@ -2,6 +2,7 @@ package binaries
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -281,60 +282,74 @@ func TestMetalLBPatchesApply(t *testing.T) {
 	}
 }
 
-// A test patch may change tests only: Source refuses one that changes anything else, before it
-// writes a file, so that the tests make test-metallb-patches runs test the code a build compiles.
+// A test patch may change tests only: Source refuses one that changes anything else, as git
+// apply reads it, before it writes a file, so that the tests make test-metallb-patches runs test
+// the code a build compiles.
 func TestSourceRefusesATestPatchOfCode(t *testing.T) {
-	for _, p := range MetalLBTestPatches() {
-		for _, f := range PatchedFiles(p) {
-			if !strings.HasSuffix(f, "_test.go") {
-				t.Errorf("test patch %s changes %s", p.Name, f)
-			}
-		}
+	if err := onlyTests(MetalLBTestPatches()); err != nil {
+		t.Errorf("the test patches: %v", err)
 	}
-	const codeDiff = "--- a/controller/service.go\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n"
+	const (
+		codeDiff = "--- a/controller/service.go\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n"
+		testDiff = "diff --git a/controller/service_test.go b/controller/service_test.go\n" +
+			"--- a/controller/service_test.go\n+++ b/controller/service_test.go\n@@ -1 +1 @@\n-package controller\n+package controller\n"
+		notATest = "changes controller/service.go, which is not a test"
+	)
 	for _, tc := range []struct {
-		name, data, want string
+		name    string
+		patches []string
+		want    string
 	}{
-		{"a git diff of code", "diff --git a/controller/service.go b/controller/service.go\n" + codeDiff,
-			"changes controller/service.go, which is not a test"},
-		{"a plain unified diff of code", codeDiff, "changes controller/service.go, which is not a test"},
-		{"a test and code", "diff --git a/controller/service_test.go b/controller/service_test.go\n" +
-			"--- a/controller/service_test.go\n+++ b/controller/service_test.go\n@@ -1 +1 @@\n-package controller\n+package controller\n" +
-			"diff --git a/controller/service.go b/controller/service.go\n" + codeDiff,
-			"changes controller/service.go, which is not a test"},
-		{"no diff at all", "just a message\n", "names no file"},
+		{"a git diff of code", []string{"diff --git a/controller/service.go b/controller/service.go\n" + codeDiff}, "test patch 0001-x.patch: " + notATest},
+		{"a plain unified diff of code", []string{codeDiff}, "test patch 0001-x.patch: " + notATest},
+		{"a test and code", []string{testDiff + "diff --git a/controller/service.go b/controller/service.go\n" + codeDiff}, "test patch 0001-x.patch: " + notATest},
+		{"a git header naming a test over --- and +++ lines naming code", []string{"diff --git a/controller/service_test.go b/controller/service_test.go\n" +
+			"--- a/controller/service.go\nindex 0000000..1111111 100644\n+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n"},
+			"test patch 0001-x.patch: " + notATest},
+		{"+++ before ---", []string{"diff --git a/controller/service_test.go b/controller/service_test.go\n" +
+			"+++ b/controller/service.go\n--- a/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n"},
+			notATest},
+		{"a rename of code into a test", []string{"diff --git a/controller/service.go b/controller/service_test.go\nsimilarity index 100%\n" +
+			"rename from controller/service.go\nrename to controller/service_test.go\n"}, "a test patch may not rename or copy files"},
+		{"two patches that would make a diff of code only together: the second is no patch alone", []string{testDiff + "--- a/controller/service.go\n",
+			"+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n" + testDiff},
+			"test patch 0002-x.patch: git apply cannot read it"},
+		{"no diff at all", []string{"just a message\n"}, "git apply cannot read it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := MetalLBAt(PatchedMetalLBVersion)
-			c.TestPatches = append(c.TestPatches, Patch{Name: "0001-code.patch", Data: []byte(tc.data)})
+			c.TestPatches = nil
+			for i, data := range tc.patches {
+				c.TestPatches = append(c.TestPatches, Patch{Name: fmt.Sprintf("%04d-x.patch", i+1), Data: []byte(data)})
+			}
 			dir := filepath.Join(t.TempDir(), "src")
 			err := (&Builder{PinsDir: ".", Progress: io.Discard}).Source(c, dir)
-			if err == nil || !strings.Contains(err.Error(), "test patch 0001-code.patch "+tc.want) {
-				t.Fatalf("Source: %v, want an error saying the test patch %s", err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Source: %v, want an error saying %q", err, tc.want)
 			}
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("Source wrote %s before refusing the test patch (%v)", dir, err)
+				t.Errorf("Source wrote %s before refusing the test patches (%v)", dir, err)
 			}
 		})
 	}
 }
 
+// PatchedFiles names what git apply would write, renames apart.
 func TestPatchedFiles(t *testing.T) {
 	for _, tc := range []struct {
-		data string
-		want []string
+		data         string
+		files, moved []string
 	}{
-		{"diff --git a/x_test.go b/x_test.go\n--- a/x_test.go\n+++ b/x_test.go\n", []string{"x_test.go"}},
-		{"diff --git a/old_test.go b/new.go\nsimilarity index 90%\nrename from old_test.go\nrename to new.go\n", []string{"old_test.go", "new.go"}},
-		{"text\ndiff --git a/a_test.go b/a_test.go\n@@\ndiff --git a/b.go b/b.go\n", []string{"a_test.go", "b.go"}},
-		{"--- a/p.go\t2026-12-03 13:00:00\n+++ b/p.go\t2026-12-03 13:01:00\n@@ -1 +1 @@\n", []string{"p.go"}},
-		{"--- /dev/null\n+++ b/new_test.go\n", []string{"new_test.go"}},
-		{"diff --git a/x_test.go b/x_test.go\n@@ -1,2 +1,1 @@\n--- a removed line of content\n x\n", []string{"x_test.go"}},
-		{"diff --git nonsense\n", []string{"nonsense"}},
-		{"no header at all\n", nil},
+		{"diff --git a/x_test.go b/x_test.go\n--- a/x_test.go\n+++ b/x_test.go\n@@ -1 +1 @@\n-a\n+b\n", []string{"x_test.go"}, nil},
+		{"--- a/p.go\t2026-12-03 13:00:00\n+++ b/p.go\t2026-12-03 13:01:00\n@@ -1 +1 @@\n-a\n+b\n", []string{"p.go"}, nil},
+		{"diff --git a/n_test.go b/n_test.go\nnew file mode 100644\n--- /dev/null\n+++ b/n_test.go\n@@ -0,0 +1 @@\n+a\n", []string{"n_test.go"}, nil},
+		{"diff --git a/m.go b/m.go\nold mode 100644\nnew mode 100755\n", []string{"m.go"}, nil},
+		{"diff --git a/old_test.go b/new.go\nsimilarity index 90%\nrename from old_test.go\nrename to new.go\n--- a/old_test.go\n+++ b/new.go\n@@ -1 +1 @@\n-a\n+b\n",
+			[]string{"new.go"}, []string{"rename old_test.go => new.go (90%)"}},
 	} {
-		if got := PatchedFiles(Patch{Data: []byte(tc.data)}); !slices.Equal(got, tc.want) {
-			t.Errorf("PatchedFiles(%q) = %q, want %q", tc.data, got, tc.want)
+		files, moved, err := PatchedFiles([]Patch{{Data: []byte(tc.data)}})
+		if err != nil || !slices.Contains(files, tc.files[0]) || len(files) != len(tc.files) || !slices.Equal(moved, tc.moved) {
+			t.Errorf("PatchedFiles(%q) = %q, %q, %v; want %q, %q", tc.data, files, moved, err, tc.files, tc.moved)
 		}
 	}
 }

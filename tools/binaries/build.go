@@ -347,15 +347,12 @@ func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
 	if !withTests {
 		testPatches = nil
 	}
+	// Each one alone, as git apply reads it. Joined (as they are applied) they write no other
+	// file: a patch that git reads alone starts with a file's header, so it cannot finish the
+	// previous patch's last file.
 	for _, p := range testPatches {
-		files := PatchedFiles(p)
-		if len(files) == 0 {
-			return fmt.Errorf("test patch %s names no file: it is not a diff git apply reads", p.Name)
-		}
-		for _, f := range files {
-			if !strings.HasSuffix(f, "_test.go") {
-				return fmt.Errorf("test patch %s changes %s, which is not a test: only files ending in _test.go may be changed by a test patch", p.Name, f)
-			}
+		if err := onlyTests([]Patch{p}); err != nil {
+			return fmt.Errorf("test patch %s: %w", p.Name, err)
 		}
 	}
 	modDir, err := b.moduleDir(pin, c)
@@ -385,54 +382,66 @@ func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
 	return nil
 }
 
-// PatchedFiles lists the files a patch changes, creates, deletes, renames or copies, as git
-// apply reads them: both paths of each "diff --git a/X b/Y" header and of each pair of "--- X" and
-// "+++ Y" lines (a plain unified diff has only those), and the paths of rename and copy lines,
-// without the a/ and b/ prefixes; /dev/null is left out. A header it cannot read is listed as
-// is, so that it is never taken for a test.
-func PatchedFiles(p Patch) []string {
-	var files []string
-	add := func(f string) {
-		if f != "" && f != "/dev/null" && !slices.Contains(files, f) {
-			files = append(files, f)
+// onlyTests says why patches are not a test patch: they change a file that is not a test (only
+// files ending in _test.go may be changed), rename or copy one, or are not a patch git reads.
+func onlyTests(patches []Patch) error {
+	files, moved, err := PatchedFiles(patches)
+	switch {
+	case err != nil:
+		return err
+	case len(moved) > 0:
+		return fmt.Errorf("%s: a test patch may not rename or copy files", strings.Join(moved, "; "))
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			return fmt.Errorf("changes %s, which is not a test: only files ending in _test.go may be changed by a test patch", f)
 		}
 	}
-	// path is a header's path: up to a tab (diff -u puts a date after it), without its prefix.
-	path := func(f, prefix string) string {
-		f, _, _ = strings.Cut(f, "\t")
-		if f == "/dev/null" {
-			return f
-		}
-		return strings.TrimPrefix(f, prefix)
+	return nil
+}
+
+// PatchedFiles lists the files the patches, applied in order as ApplyPatches applies them, would
+// write, as git apply itself reads them (--numstat: the names after the change), and the
+// renames and copies among them (--summary), whose sources --numstat does not name.
+func PatchedFiles(patches []Patch) (files, moved []string, err error) {
+	dir, err := os.MkdirTemp("", "patched-files-")
+	if err != nil {
+		return nil, nil, err
 	}
-	lines := strings.Split(string(p.Data), "\n")
-	for i, line := range lines {
-		if rest, ok := strings.CutPrefix(line, "diff --git "); ok {
-			a, b, ok := strings.Cut(rest, " b/")
-			if !ok {
-				files = append(files, rest)
-				continue
-			}
-			add(path(a, "a/"))
-			add(b)
+	defer os.RemoveAll(dir)
+	input := joinPatches(patches)
+	out, err := gitApply(dir, input, "--numstat", "-z")
+	if err != nil {
+		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(string(tail(out, 5))))
+	}
+	// Each entry is "ADDED\tDELETED\tPATH", or for a rename or copy "ADDED\tDELETED\t" then
+	// the two paths as entries of their own.
+	entries := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	for i := 0; i < len(entries); i++ {
+		fields := strings.SplitN(entries[i], "\t", 3)
+		if len(fields) != 3 {
+			return nil, nil, fmt.Errorf("git apply --numstat printed %q", entries[i])
+		}
+		if fields[2] != "" {
+			files = append(files, fields[2])
 			continue
 		}
-		if from, ok := strings.CutPrefix(line, "--- "); ok && i+1 < len(lines) {
-			// A file header only when the next line is its +++ line: a removed line of
-			// content can start with "-- " too.
-			if to, ok := strings.CutPrefix(lines[i+1], "+++ "); ok {
-				add(path(from, "a/"))
-				add(path(to, "b/"))
-			}
-			continue
+		if i+2 >= len(entries) {
+			return nil, nil, fmt.Errorf("git apply --numstat printed a rename without its paths")
 		}
-		for _, prefix := range []string{"rename from ", "rename to ", "copy from ", "copy to "} {
-			if f, ok := strings.CutPrefix(line, prefix); ok {
-				add(f)
-			}
+		files = append(files, entries[i+1], entries[i+2])
+		i += 2
+	}
+	out, err = gitApply(dir, input, "--summary")
+	if err != nil {
+		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(string(tail(out, 5))))
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "rename ") || strings.HasPrefix(line, "copy ") {
+			moved = append(moved, line)
 		}
 	}
-	return files
+	return files, moved, nil
 }
 
 // ApplyPatches applies the patches to the tree at dir, in order and all or none, with git
@@ -442,16 +451,16 @@ func ApplyPatches(dir string, patches []Patch) error {
 	if len(patches) == 0 {
 		return nil
 	}
-	git, err := exec.LookPath("git")
-	if err != nil {
-		return fmt.Errorf("applying patches needs git: %w", err)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
 	// One input: git apply checks each input it is given before writing it, but writes one
 	// before checking the next.
+	if out, err := gitApply(dir, joinPatches(patches)); err != nil {
+		return fmt.Errorf("git apply failed (nothing applied): %w\n%s", err, tail(out, 40))
+	}
+	return nil
+}
+
+// joinPatches is the patches as one input, each ending in a newline.
+func joinPatches(patches []Patch) []byte {
 	var all bytes.Buffer
 	for _, p := range patches {
 		all.Write(p.Data)
@@ -459,16 +468,32 @@ func ApplyPatches(dir string, patches []Patch) error {
 			all.WriteByte('\n')
 		}
 	}
-	cmd := exec.Command(git, "apply", "-")
+	return all.Bytes()
+}
+
+// gitApply runs git apply with args on input in dir, as a plain tree even inside a git work
+// tree, and returns what it printed (standard output alone when it succeeds).
+func gitApply(dir string, input []byte, args ...string) ([]byte, error) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return nil, fmt.Errorf("applying patches needs git: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(git, append(append([]string{"apply"}, args...), "-")...)
 	cmd.Dir = abs
-	cmd.Stdin = &all
+	cmd.Stdin = bytes.NewReader(input)
 	// Inside a work tree, git apply would take the paths from its top and skip those outside
 	// dir: stop the search for a repository at dir.
 	cmd.Env = append(withoutGitEnv(os.Environ()), "GIT_CEILING_DIRECTORIES="+filepath.Dir(abs))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("git apply failed (nothing applied): %w\n%s", err, tail(out, 40))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return append(stdout.Bytes(), stderr.Bytes()...), err
 	}
-	return nil
+	return stdout.Bytes(), nil
 }
 
 // withoutGitEnv drops the variables that point git at a repository.
