@@ -154,23 +154,23 @@ func ensureKindNetwork(ctx context.Context) error {
 // bridge, and the nodes, MetalLB's announcements and the traffic test are out of the host's
 // reach with nothing saying why. tools/kindnode/dockerd.sh drops such bridges when it starts an
 // engine; this catches them on an engine started otherwise, and says what else it finds: the
-// network made earlier with other subnets, or a host whose route to the nodes goes elsewhere.
-// Without the ip command it cannot look, and says nothing.
+// network made earlier with other subnets, a bridge in use holding the subnet, or a host whose
+// route to the nodes goes elsewhere. Without the ip command it cannot look at the route.
 func checkKindBridge(ctx context.Context) error {
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		return nil
-	}
 	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "-f",
 		`{{.Id}}|{{index .Options "com.docker.network.bridge.name"}}|{{range .IPAM.Config}}{{.Subnet}} {{end}}`, KindNetwork).Output()
 	if err != nil {
 		return fmt.Errorf("inspecting the docker network %s: %w%s", KindNetwork, err, stderrOf(err))
 	}
 	want, subnets := networkBridge(string(out))
-	if !slices.Contains(subnets, kindnode.Network.Subnet) {
+	if !slices.Contains(subnets, kindnode.Network.Subnet) || !slices.Contains(subnets, kindnode.Network.IPv6Subnet) {
 		return fmt.Errorf("the docker network %s has the subnets %q, not %s and %s: it was made some other way; "+
 			"remove it (docker network rm %s) and the suite makes it again",
 			KindNetwork, subnets, kindnode.Network.Subnet, kindnode.Network.IPv6Subnet, KindNetwork)
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return nil
 	}
 	node := netip.MustParseAddr(kindnode.Network.Gateway).Next() // the first node's address
 	out, err = exec.CommandContext(ctx, ip, "-o", "route", "get", node.String()).Output()
@@ -178,21 +178,27 @@ func checkKindBridge(ctx context.Context) error {
 		return fmt.Errorf("looking up the host's route to %s: %w%s", node, err, stderrOf(err))
 	}
 	r := parseRoute(string(out))
-	switch {
-	case r.dev == want:
+	if r.dev == want {
 		return nil
-	case !r.local && !r.via && isBridge(r.dev):
-		return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, not through the network's own bridge %s: "+
-			"a bridge left by another Docker engine holds the same subnet. Delete it (ip link delete %s), "+
-			"or start the engine with tools/kindnode/dockerd.sh start, which drops such bridges",
-			KindNetwork, kindnode.Network.Subnet, r.dev, want, r.dev)
-	default:
-		return fmt.Errorf("the host's route to the first kind node's address %s is %q, not through the network's bridge %s: "+
-			"the nodes are out of this host's reach. Either the Docker engine runs in another network namespace "+
-			"(rootless, remote through DOCKER_HOST, Docker Desktop), which the kind suite cannot use, "+
-			"or another interface on this host holds %s (a VPN's, for instance)",
-			node, strings.TrimSpace(string(out)), want, kindnode.Network.Subnet)
 	}
+	if !r.local && !r.via {
+		if ports, ok := bridgePorts(r.dev); ok && len(ports) == 0 {
+			return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, which has no ports, "+
+				"not through the network's own bridge %s: a bridge left by another Docker engine holds the same subnet. "+
+				"Delete it (ip link delete %s), or start the engine with tools/kindnode/dockerd.sh start, which drops such bridges",
+				KindNetwork, kindnode.Network.Subnet, r.dev, want, r.dev)
+		} else if ok {
+			return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, not through the network's "+
+				"own bridge %s: that bridge is in use (ports %s) and holds the same subnet, another engine's network or "+
+				"another tool's; free %s on this host",
+				KindNetwork, kindnode.Network.Subnet, r.dev, want, strings.Join(ports, ", "), kindnode.Network.Subnet)
+		}
+	}
+	return fmt.Errorf("the host's route to the first kind node's address %s is %q, not through the network's bridge %s: "+
+		"the nodes are out of this host's reach. Either the Docker engine runs in another network namespace "+
+		"(rootless, remote through DOCKER_HOST, Docker Desktop), which the kind suite cannot use, "+
+		"or another interface on this host holds %s (a VPN's, for instance)",
+		node, strings.TrimSpace(string(out)), want, kindnode.Network.Subnet)
 }
 
 // stderrOf is ": " and what a failed command wrote to its standard error, if anything.
@@ -243,15 +249,23 @@ func parseRoute(out string) route {
 	return r
 }
 
-// sysClassNet is where the kernel lists network devices; a bridge has a bridge directory there.
+// sysClassNet is where the kernel lists network devices: a bridge has a brif directory there,
+// with an entry per port.
 var sysClassNet = "/sys/class/net"
 
-func isBridge(dev string) bool {
+// bridgePorts lists a bridge's ports; ok is false when dev is not a bridge.
+func bridgePorts(dev string) (ports []string, ok bool) {
 	if dev == "" {
-		return false
+		return nil, false
 	}
-	_, err := os.Stat(filepath.Join(sysClassNet, dev, "bridge"))
-	return err == nil
+	entries, err := os.ReadDir(filepath.Join(sysClassNet, dev, "brif"))
+	if err != nil {
+		return nil, false
+	}
+	for _, e := range entries {
+		ports = append(ports, e.Name())
+	}
+	return ports, true
 }
 
 // KindConfig is the suite's cluster: one node from the offline image, dual-stack, with pod and

@@ -102,11 +102,10 @@ func TestCheckKindBridge(t *testing.T) {
 		}
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	if err := os.MkdirAll(filepath.Join(sys, "br-deadbeef0000", "bridge"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(sys, "eth0"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, dir := range []string{"br-deadbeef0000/brif", "br-live0000000/brif/veth1234567", "eth0", "tun0"} {
+		if err := os.MkdirAll(filepath.Join(sys, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	old := sysClassNet
 	sysClassNet = sys
@@ -120,13 +119,19 @@ func TestCheckKindBridge(t *testing.T) {
 	}{
 		{name: "its own bridge", inspect: ours, route: "198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache "},
 		{name: "a stale bridge", inspect: ours, route: "198.18.1.2 dev br-deadbeef0000 src 198.18.1.1 uid 0 \\    cache ",
-			want: []string{"through the bridge br-deadbeef0000, not through the network's own bridge br-8f31a6d28273", "ip link delete br-deadbeef0000"}},
+			want: []string{"through the bridge br-deadbeef0000, which has no ports, not through the network's own bridge br-8f31a6d28273", "ip link delete br-deadbeef0000"}},
+		{name: "a bridge in use", inspect: ours, route: "198.18.1.2 dev br-live0000000 src 198.18.1.1 uid 0 \\    cache ",
+			want: []string{"through the bridge br-live0000000, not through", "in use (ports veth1234567)"}, not: "ip link delete"},
+		{name: "a direct route through a device that is no bridge", inspect: ours, route: "198.18.1.2 dev tun0 src 198.18.0.5 uid 0 \\    cache ",
+			want: []string{"out of this host's reach", "dev tun0"}, not: "ip link delete"},
 		{name: "through a gateway", inspect: ours, route: "198.18.1.2 via 10.0.0.1 dev eth0 src 10.0.0.5 uid 0 \\    cache ",
 			want: []string{"out of this host's reach", "another network namespace", "via 10.0.0.1 dev eth0"}, not: "ip link delete"},
 		{name: "a local address", inspect: ours, route: "local 198.18.1.2 dev lo table local src 198.18.1.2 uid 0 \\    cache <local> ",
 			want: []string{"out of this host's reach"}, not: "ip link delete"},
 		{name: "the network made with other subnets", inspect: "8f31a6d28273c0ffee|<no value>|172.30.0.0/16 ",
 			want: []string{`has the subnets ["172.30.0.0/16"]`, "docker network rm reserved-ips-kind"}},
+		{name: "the network made without its IPv6 subnet", inspect: "8f31a6d28273c0ffee|<no value>|198.18.1.0/24 ",
+			want: []string{`has the subnets ["198.18.1.0/24"]`, "docker network rm reserved-ips-kind"}},
 		{name: "no route", inspect: ours, ipErr: "RTNETLINK answers: Network is unreachable",
 			want: []string{"looking up the host's route to 198.18.1.2", "Network is unreachable"}},
 	} {
