@@ -41,7 +41,7 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 		if strings.HasPrefix(s.Uses, "actions/setup-go@") && s.With["cache"] != false {
 			t.Errorf("the release's setup-go step has cache %v, want false", s.With["cache"])
 		}
-		if strings.HasPrefix(s.Uses, "actions/cache@") {
+		if strings.HasPrefix(s.Uses, "actions/cache@") || strings.HasPrefix(s.Uses, "actions/cache/") {
 			t.Errorf("the release restores a cache (%s)", s.Uses)
 		}
 	}

@@ -619,6 +619,17 @@ func fuzzAddressView(data []byte) AddressView {
 	if c.n(2) == 1 {
 		others = append(others, svc("x", "former", "former-uid", ip.String()))
 		refreshAddressView(&v, others)
+		if v.ReleaseFor != 0 {
+			// The guessed release's names, as the driver would find them with it in view.
+			v.Stale.Names, v.Stale.Known = StaleCandidates(&v, nil)
+			v.Stale.Free = map[string]bool{}
+			for _, n := range v.Stale.Names {
+				v.Stale.Free[n] = true
+			}
+			if len(v.Stale.Names) == 0 {
+				v.Stale.Since = time.Time{}
+			}
+		}
 	}
 	// The stale-holder clears already made (plan_address.go): none, or for each other Service
 	// up to clearLimit of them, clearEvery apart, the last one less than clearEvery ago.
@@ -627,6 +638,15 @@ func fuzzAddressView(data []byte) AddressView {
 		for _, s := range others {
 			for j := c.n(clearLimit + 1); j > 0; j-- {
 				v.Cleared[s.UID] = append(v.Cleared[s.UID], fuzzNow.Add(-time.Duration(j-1)*clearEvery-time.Duration(c.n(30))*time.Second))
+			}
+		}
+		// Or all of them clearEvery earlier: the last clear is due again.
+		if c.n(2) == 1 {
+			for uid, times := range v.Cleared {
+				for i := range times {
+					times[i] = times[i].Add(-clearEvery)
+				}
+				v.Cleared[uid] = times
 			}
 		}
 	}
