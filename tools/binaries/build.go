@@ -412,7 +412,7 @@ func PatchedFiles(patches []Patch) (files, moved []string, err error) {
 	input := joinPatches(patches)
 	out, err := gitApply(dir, input, "--numstat", "-z")
 	if err != nil {
-		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(string(tail(out, 5))))
+		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(tail(out, 5)))
 	}
 	// Each entry is "ADDED\tDELETED\tPATH", or for a rename or copy "ADDED\tDELETED\t" then
 	// the two paths as entries of their own.
@@ -434,7 +434,7 @@ func PatchedFiles(patches []Patch) (files, moved []string, err error) {
 	}
 	out, err = gitApply(dir, input, "--summary")
 	if err != nil {
-		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(string(tail(out, 5))))
+		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(tail(out, 5)))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, "rename ") || strings.HasPrefix(line, "copy ") {
