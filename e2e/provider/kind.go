@@ -184,8 +184,10 @@ func checkKindBridge(ctx context.Context) error {
 	if !r.local && !r.via {
 		if ports, ok := bridgePorts(r.dev); ok && len(ports) == 0 {
 			return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, which has no ports, "+
-				"not through the network's own bridge %s: a bridge left by another Docker engine holds the same subnet. "+
-				"Delete it (ip link delete %s), or start the engine with tools/kindnode/dockerd.sh start, which drops such bridges",
+				"not through the network's own bridge %s: another bridge holds the same subnet, most likely one left by a "+
+				"Docker engine that is gone. If another engine or tool still runs with it, remove its network there "+
+				"(docker network rm) or stop it; otherwise delete the bridge (ip link delete %s), or start the engine "+
+				"with tools/kindnode/dockerd.sh start, which drops such bridges",
 				KindNetwork, kindnode.Network.Subnet, r.dev, want, r.dev)
 		} else if ok {
 			return fmt.Errorf("the host routes the kind network %s (%s) through the bridge %s, not through the network's "+

@@ -119,7 +119,8 @@ func TestCheckKindBridge(t *testing.T) {
 	}{
 		{name: "its own bridge", inspect: ours, route: "198.18.1.2 dev br-8f31a6d28273 src 198.18.1.1 uid 0 \\    cache "},
 		{name: "a stale bridge", inspect: ours, route: "198.18.1.2 dev br-deadbeef0000 src 198.18.1.1 uid 0 \\    cache ",
-			want: []string{"through the bridge br-deadbeef0000, which has no ports, not through the network's own bridge br-8f31a6d28273", "ip link delete br-deadbeef0000"}},
+			want: []string{"through the bridge br-deadbeef0000, which has no ports, not through the network's own bridge br-8f31a6d28273",
+				"If another engine or tool still runs with it, remove its network there", "otherwise delete the bridge (ip link delete br-deadbeef0000)"}},
 		{name: "a bridge in use", inspect: ours, route: "198.18.1.2 dev br-live0000000 src 198.18.1.1 uid 0 \\    cache ",
 			want: []string{"through the bridge br-live0000000, not through", "in use (ports veth1234567)"}, not: "ip link delete"},
 		{name: "a direct route through a device that is no bridge", inspect: ours, route: "198.18.1.2 dev tun0 src 198.18.0.5 uid 0 \\    cache ",

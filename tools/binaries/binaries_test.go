@@ -314,6 +314,10 @@ func TestSourceRefusesATestPatchOfCode(t *testing.T) {
 		{"two patches that would make a diff of code only together: the second is no patch alone", []string{testDiff + "--- a/controller/service.go\n",
 			"+++ b/controller/service.go\n@@ -1 +1 @@\n-package controller\n+package controller // changed\n" + testDiff},
 			"test patch 0002-x.patch: git apply cannot read it"},
+		{"two patches each of tests alone that rename a test into code joined", []string{
+			testDiff + "diff --git a/controller/t_test.go b/controller/t_test.go\n",
+			"rename from controller/t_test.go\nrename to controller/zz.go\n" + testDiff},
+			"the test patches joined: rename controller/{t_test.go => zz.go}"},
 		{"no diff at all", []string{"just a message\n"}, "git apply cannot read it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -347,12 +347,17 @@ func (b *Builder) source(c Component, pin, dir string, withTests bool) error {
 	if !withTests {
 		testPatches = nil
 	}
-	// Each one alone, as git apply reads it. Joined (as they are applied) they write no other
-	// file: a patch that git reads alone starts with a file's header, so it cannot finish the
-	// previous patch's last file.
+	// Each one alone, to name it, then all of them joined, as ApplyPatches applies them: git
+	// skips text before a patch's first header, so the end of one patch and the start of the
+	// next can make a file's diff that neither makes alone.
 	for _, p := range testPatches {
 		if err := onlyTests([]Patch{p}); err != nil {
 			return fmt.Errorf("test patch %s: %w", p.Name, err)
+		}
+	}
+	if len(testPatches) > 1 {
+		if err := onlyTests(testPatches); err != nil {
+			return fmt.Errorf("the test patches joined: %w", err)
 		}
 	}
 	modDir, err := b.moduleDir(pin, c)
@@ -414,23 +419,14 @@ func PatchedFiles(patches []Patch) (files, moved []string, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("git apply cannot read it: %w: %s", err, strings.TrimSpace(tail(out, 5)))
 	}
-	// Each entry is "ADDED\tDELETED\tPATH", or for a rename or copy "ADDED\tDELETED\t" then
-	// the two paths as entries of their own.
-	entries := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	for i := 0; i < len(entries); i++ {
-		fields := strings.SplitN(entries[i], "\t", 3)
-		if len(fields) != 3 {
-			return nil, nil, fmt.Errorf("git apply --numstat printed %q", entries[i])
+	// Each entry is "ADDED\tDELETED\tPATH" (git apply names a renamed or copied file by its new
+	// name only).
+	for _, entry := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		fields := strings.SplitN(entry, "\t", 3)
+		if len(fields) != 3 || fields[2] == "" {
+			return nil, nil, fmt.Errorf("git apply --numstat printed %q", entry)
 		}
-		if fields[2] != "" {
-			files = append(files, fields[2])
-			continue
-		}
-		if i+2 >= len(entries) {
-			return nil, nil, fmt.Errorf("git apply --numstat printed a rename without its paths")
-		}
-		files = append(files, entries[i+1], entries[i+2])
-		i += 2
+		files = append(files, fields[2])
 	}
 	out, err = gitApply(dir, input, "--summary")
 	if err != nil {
