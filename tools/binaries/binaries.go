@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -73,8 +74,10 @@ type Component struct {
 }
 
 const (
-	KubernetesVersion = "v1.37.2"
-	EtcdVersion       = "v3.6.16"
+	// DefaultKubernetesVersion is the Kubernetes every command and test uses unless
+	// KUBERNETES_VERSION names another of KubernetesVersions.
+	DefaultKubernetesVersion = "v1.37.2"
+	EtcdVersion              = "v3.6.16"
 	// DefaultMetalLBVersion is the MetalLB that Cozystack ships (its packages/system/metallb
 	// chart): the version every command and test uses unless METALLB_VERSION names another.
 	DefaultMetalLBVersion = "v0.16.1"
@@ -83,43 +86,24 @@ const (
 	DistributionVersion   = "v3.1.2"
 )
 
+// KubernetesVersions are the Kubernetes releases with a pin module
+// (tools/binaries/kubernetes/<version>), newest first: the newest, and the 1.33 line that
+// Cozystack hosts run (v1.33.13 is the newest 1.33 release the Go module proxy builds: v1.33.12's
+// cri-api and externaljwt staging modules are refused). Adding one is a directory with a go.mod
+// requiring k8s.io/kubernetes at it and replacing every k8s.io staging module with the matching
+// v0 release, and a line here.
+var KubernetesVersions = []string{"v1.37.2", "v1.33.13"}
+
 var (
-	Kubernetes = Component{
-		Name:    "kubernetes",
-		Module:  "k8s.io/kubernetes",
-		Version: KubernetesVersion,
-		Packages: []string{
-			"k8s.io/kubernetes/cmd/kube-apiserver",
-			"k8s.io/kubernetes/cmd/kube-controller-manager",
-			"k8s.io/kubernetes/cmd/kubectl",
-		},
-		Commands: []string{"kube-apiserver", "kube-controller-manager", "kubectl"},
-		// Without these the servers report v0.0.0-master, which Helm's kubeVersion checks reject.
-		LDFlags: "-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
-			" -X k8s.io/component-base/version.gitMajor=1" +
-			" -X k8s.io/component-base/version.gitMinor=37" +
-			" -X k8s.io/component-base/version.gitTreeState=clean" +
-			" -X k8s.io/client-go/pkg/version.gitVersion=" + KubernetesVersion +
-			" -X k8s.io/client-go/pkg/version.gitMajor=1" +
-			" -X k8s.io/client-go/pkg/version.gitMinor=37",
-		Env: []string{"CGO_ENABLED=0"},
-	}
+	// KubernetesVersion is the Kubernetes in use: $KUBERNETES_VERSION, else
+	// DefaultKubernetesVersion.
+	KubernetesVersion = envOr("KUBERNETES_VERSION", DefaultKubernetesVersion)
+	// Kubernetes is the local control plane's commands at KubernetesVersion.
+	Kubernetes = KubernetesAt(KubernetesVersion)
 	// KubernetesNode is the rest of Kubernetes that a kind node runs (the offline node image of
-	// tools/kindnode): the node's commands and the control plane's, static, from the same pin
-	// module as Kubernetes. Built with the same flags, the commands both build share the compile
-	// cache.
-	KubernetesNode = Component{
-		Name:     "kubernetes-node",
-		Pin:      "kubernetes",
-		Module:   "k8s.io/kubernetes",
-		Version:  KubernetesVersion,
-		Packages: append(append([]string{}, Kubernetes.Packages...), "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kubeadm"),
-		Commands: append(append([]string{}, Kubernetes.Commands...), "kube-scheduler", "kube-proxy", "kubelet", "kubeadm"),
-		LDFlags:  Kubernetes.LDFlags,
-		Env:      []string{"CGO_ENABLED=0"},
-		Base:     &Kubernetes,
-	}
-	Etcd = Component{
+	// tools/kindnode) at KubernetesVersion.
+	KubernetesNode = KubernetesNodeAt(KubernetesVersion)
+	Etcd           = Component{
 		Name:     "etcd",
 		Module:   "go.etcd.io/etcd/server/v3",
 		Version:  EtcdVersion,
@@ -128,7 +112,7 @@ var (
 		Env:      []string{"CGO_ENABLED=0"},
 	}
 	// MetalLBVersion is the MetalLB version in use: $METALLB_VERSION, else DefaultMetalLBVersion.
-	MetalLBVersion = metalLBVersionFromEnv()
+	MetalLBVersion = envOr("METALLB_VERSION", DefaultMetalLBVersion)
 	// MetalLB is MetalLB's controller at MetalLBVersion.
 	MetalLB       = MetalLBAt(MetalLBVersion)
 	ControllerGen = Component{
@@ -245,6 +229,60 @@ func MetalLBNodeAt(version string) Component {
 	return c
 }
 
+// KubernetesAt is kube-apiserver, kube-controller-manager and kubectl at version, built from
+// the pin module tools/binaries/kubernetes/<version>, static and stamped with the version
+// (without the stamp the servers report v0.0.0-master, which Helm's kubeVersion checks reject).
+func KubernetesAt(version string) Component {
+	minor := strconv.Itoa(KubernetesMinor(version))
+	return Component{
+		Name:    "kubernetes",
+		Pin:     "kubernetes/" + version,
+		Module:  "k8s.io/kubernetes",
+		Version: version,
+		Packages: []string{
+			"k8s.io/kubernetes/cmd/kube-apiserver",
+			"k8s.io/kubernetes/cmd/kube-controller-manager",
+			"k8s.io/kubernetes/cmd/kubectl",
+		},
+		Commands: []string{"kube-apiserver", "kube-controller-manager", "kubectl"},
+		LDFlags: "-X k8s.io/component-base/version.gitVersion=" + version +
+			" -X k8s.io/component-base/version.gitMajor=1" +
+			" -X k8s.io/component-base/version.gitMinor=" + minor +
+			" -X k8s.io/component-base/version.gitTreeState=clean" +
+			" -X k8s.io/client-go/pkg/version.gitVersion=" + version +
+			" -X k8s.io/client-go/pkg/version.gitMajor=1" +
+			" -X k8s.io/client-go/pkg/version.gitMinor=" + minor,
+		Env: []string{"CGO_ENABLED=0"},
+	}
+}
+
+// KubernetesNodeAt is what a kind node of Kubernetes version runs: KubernetesAt's commands and
+// the node's (kube-scheduler, kube-proxy, kubelet, kubeadm), static, from the same pin module
+// and with the same flags, so that the commands both build are copied from KubernetesAt's cache.
+func KubernetesNodeAt(version string) Component {
+	base := KubernetesAt(version)
+	c := base
+	c.Name = "kubernetes-node"
+	c.Packages = append(append([]string{}, base.Packages...), "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kubeadm")
+	c.Commands = append(append([]string{}, base.Commands...), "kube-scheduler", "kube-proxy", "kubelet", "kubeadm")
+	c.Base = &base
+	return c
+}
+
+// KubernetesMinor is the minor release of a Kubernetes version ("v1.33.13" → 33), 0 when it
+// cannot be read.
+func KubernetesMinor(version string) int {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0
+	}
+	n, err := strconv.Atoi(parts[1])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 // SameBuild reports whether a and b build a command they share identically: the same module at
 // the same version from the same pin module, with the same patches, linker flags and
 // environment.
@@ -253,11 +291,11 @@ func SameBuild(a, b Component) bool {
 		a.PatchesDigest() == b.PatchesDigest() && a.LDFlags == b.LDFlags && slices.Equal(a.Env, b.Env)
 }
 
-func metalLBVersionFromEnv() string {
-	if v := os.Getenv("METALLB_VERSION"); v != "" {
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
 		return v
 	}
-	return DefaultMetalLBVersion
+	return def
 }
 
 // PinDir is the pin module's directory under the pins directory.
@@ -304,13 +342,18 @@ var All = []Component{ControllerGen, GolangCILint, Etcd, Distribution, MetalLB, 
 var Node = []Component{Etcd, MetalLB, MetalLBNodeAt(MetalLBVersion), KubernetesNode}
 
 // ByName returns the component called name; "metallb@v0.15.2" names MetalLB at another
-// version than the one in use.
+// version than the one in use, "kubernetes@v1.33.13" (and kubernetes-node@…) Kubernetes.
 func ByName(name string) (Component, bool) {
-	if n, v, ok := strings.Cut(name, "@"); ok {
-		if n != MetalLB.Name || v == "" {
-			return Component{}, false
+	if n, v, ok := strings.Cut(name, "@"); ok && v != "" {
+		switch n {
+		case MetalLB.Name:
+			return MetalLBAt(v), true
+		case Kubernetes.Name:
+			return KubernetesAt(v), true
+		case KubernetesNode.Name:
+			return KubernetesNodeAt(v), true
 		}
-		return MetalLBAt(v), true
+		return Component{}, false
 	}
 	for _, c := range append(append([]Component{}, All...), Node...) {
 		if c.Name == name {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -105,11 +106,11 @@ func TestMetalLBVersionIsAKnob(t *testing.T) {
 		t.Fatalf("the newest pinned MetalLB is %s, the default %s", MetalLBVersions[0], DefaultMetalLBVersion)
 	}
 	t.Setenv("METALLB_VERSION", "")
-	if v := metalLBVersionFromEnv(); v != DefaultMetalLBVersion {
+	if v := envOr("METALLB_VERSION", DefaultMetalLBVersion); v != DefaultMetalLBVersion {
 		t.Fatalf("without METALLB_VERSION the version is %s", v)
 	}
 	t.Setenv("METALLB_VERSION", "v0.15.2")
-	if v := metalLBVersionFromEnv(); v != "v0.15.2" {
+	if v := envOr("METALLB_VERSION", DefaultMetalLBVersion); v != "v0.15.2" {
 		t.Fatalf("METALLB_VERSION=v0.15.2 gives %s", v)
 	}
 	t.Setenv("RESERVED_IPS_BIN_CACHE", "/c")
@@ -123,11 +124,59 @@ func TestMetalLBVersionIsAKnob(t *testing.T) {
 		t.Fatalf("ByName(metallb@v0.15.2) = %+v, %v", c, ok)
 	}
 	if _, ok := ByName("etcd@v3.0.0"); ok {
-		t.Fatal("only MetalLB is pinned at several versions")
+		t.Fatal("only MetalLB and Kubernetes are pinned at several versions")
 	}
 	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
 	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Ensure(MetalLBAt("v0.9.9"))
 	if err == nil || !strings.Contains(err.Error(), "v0.16.1") || !strings.Contains(err.Error(), "no pin module for metallb v0.9.9") {
+		t.Fatalf("an unpinned version should be refused naming the pinned ones: %v", err)
+	}
+}
+
+// KUBERNETES_VERSION picks the Kubernetes the control plane, the kind node and envtest use: each
+// pinned version has a pin module of its own, is cached under its own key and reports its own
+// version (the linker stamps), and a version without a pin module is refused naming the pinned
+// ones.
+func TestKubernetesVersionIsAKnob(t *testing.T) {
+	if KubernetesVersions[0] != DefaultKubernetesVersion {
+		t.Fatalf("the newest pinned Kubernetes is %s, the default %s", KubernetesVersions[0], DefaultKubernetesVersion)
+	}
+	t.Setenv("RESERVED_IPS_BIN_CACHE", "/c")
+	seen := map[string]bool{}
+	for _, v := range KubernetesVersions {
+		c, ok := ByName("kubernetes@" + v)
+		if !ok || c.Version != v || c.PinDir() != "kubernetes/"+v {
+			t.Fatalf("ByName(kubernetes@%s) = %+v, %v", v, c, ok)
+		}
+		minor := strconv.Itoa(KubernetesMinor(v))
+		if !strings.Contains(c.LDFlags, "version.gitVersion="+v+" ") || !strings.Contains(c.LDFlags, "version.gitMinor="+minor+" ") {
+			t.Fatalf("%s is not stamped with its version: %s", v, c.LDFlags)
+		}
+		data, err := os.ReadFile(filepath.Join(c.PinDir(), "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		staging := "v0." + strings.TrimPrefix(v, "v1.")
+		if !strings.Contains(string(data), "require k8s.io/kubernetes "+v+"\n") ||
+			!strings.Contains(string(data), "k8s.io/api => k8s.io/api "+staging+"\n") {
+			t.Fatalf("the pin module of %s does not require it with its staging modules at %s:\n%s", v, staging, data)
+		}
+		node, ok := ByName("kubernetes-node@" + v)
+		if !ok || node.Base == nil || !SameBuild(*node.Base, c) {
+			t.Fatalf("the node build of %s does not copy the control plane's commands of the same build: %+v", v, node)
+		}
+		dir, _ := c.Dir()
+		if seen[dir] || !strings.Contains(dir, "/kubernetes/"+v+"-") {
+			t.Fatalf("%s is not cached under a key of its own: %s", v, dir)
+		}
+		seen[dir] = true
+	}
+	if KubernetesMinor("v1.33.13") != 33 || KubernetesMinor("v1.37.2") != 37 || KubernetesMinor("junk") != 0 {
+		t.Fatal("KubernetesMinor misreads a version")
+	}
+	t.Setenv("RESERVED_IPS_BIN_CACHE", t.TempDir())
+	err := (&Builder{PinsDir: ".", Progress: io.Discard}).Ensure(KubernetesAt("v1.30.0"))
+	if err == nil || !strings.Contains(err.Error(), "v1.33.13") || !strings.Contains(err.Error(), "no pin module for kubernetes v1.30.0") {
 		t.Fatalf("an unpinned version should be refused naming the pinned ones: %v", err)
 	}
 }
@@ -138,7 +187,7 @@ func TestMetalLBVersionIsAKnob(t *testing.T) {
 func TestPatchedMetalLBIsAVersionOfItsOwn(t *testing.T) {
 	t.Setenv("RESERVED_IPS_BIN_CACHE", "/c")
 	t.Setenv("METALLB_VERSION", PatchedMetalLBVersion)
-	if v := metalLBVersionFromEnv(); v != "v0.16.1+patched" {
+	if v := envOr("METALLB_VERSION", DefaultMetalLBVersion); v != "v0.16.1+patched" {
 		t.Fatalf("METALLB_VERSION=v0.16.1+patched gives %s", v)
 	}
 	c, ok := ByName("metallb@" + PatchedMetalLBVersion)

@@ -1,7 +1,7 @@
 // Builds kube-apiserver, kube-controller-manager and kubectl for the local control plane.
 // Kept out of go.work on purpose: k8s.io/kubernetes would pull its whole dependency graph into
 // every module of the workspace.
-module github.com/cozystack/reserved-ips/tools/binaries/kubernetes
+module github.com/cozystack/reserved-ips/tools/binaries/kubernetes/v1.37.2
 
 go 1.26.0
 
