@@ -102,3 +102,23 @@ metrics.onlyWhereServed asks to render it only where the cluster serves that kin
 {{- define "metallb-iad.monitoringServed" -}}
 {{- if or (not .root.Values.metrics.onlyWhereServed) (.root.Capabilities.APIVersions.Has .api) -}}true{{- end -}}
 {{- end -}}
+
+{{- /* How Services are parked at admission: "policy" (the MutatingAdmissionPolicies of
+parking-policy.yaml) or "webhook" (the driver's parking webhook, parking-webhook.yaml), or
+nothing when parking or the admission policies are off. admissionPolicy.parkingAdmission "auto"
+takes the policies where the cluster serves admissionregistration.k8s.io/v1
+MutatingAdmissionPolicy (Kubernetes 1.36 and later), else the webhook. */ -}}
+{{- define "metallb-iad.parkingAdmission" -}}
+{{- if and .Values.admissionPolicy.enabled .Values.admissionPolicy.parking -}}
+{{- $mode := .Values.admissionPolicy.parkingAdmission | default "auto" -}}
+{{- if eq $mode "auto" -}}
+{{- ternary "policy" "webhook" (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
+{{- else -}}
+{{- $mode -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Names of the parking webhook's objects: fixed, as the driver's RBAC names them. */ -}}
+{{- define "metallb-iad.parkingWebhookService" -}}metallb-iad-parking-webhook{{- end -}}
+{{- define "metallb-iad.parkingWebhookSecret" -}}metallb-iad-parking-webhook-tls{{- end -}}

@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,12 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/webhook"
 )
 
 var version = "dev"
@@ -32,8 +35,31 @@ func main() {
 		parking   = flag.Bool("parking", true, "park a LoadBalancer Service that names a claim, or that auto-claim will serve from a class of this driver, until its claim's addresses are pinned (the chart's admissionPolicy.parking); false also takes the parking annotation off Services parked before")
 		notServed = flag.Duration("not-served-after", plan.DefaultNotServedAfter, "how long a Service the driver pinned to its claim's address may wait for MetalLB before the driver reports it (Held=False NotServed on the address, a Warning on the Service); 0 turns the report off")
 		relAfter  = flag.Duration("release-after", plan.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
+		wh        webhook.Options
+		whHosts   string
 	)
+	flag.StringVar(&wh.BindAddress, "parking-webhook-bind-address", "0", "address of the parking webhook, which parks Services at admission where the apiserver has no MutatingAdmissionPolicy (Kubernetes before 1.36; the chart sets it there); 0 turns it off")
+	flag.StringVar(&wh.Configuration, "parking-webhook-configuration", "metallb-iad-parking", "MutatingWebhookConfiguration of the parking webhook, whose caBundle the driver keeps")
+	flag.StringVar(&wh.Secret, "parking-webhook-secret", "metallb-iad-parking-webhook-tls", "Secret, in --namespace, holding the parking webhook's certificate and authority (the driver creates and renews it)")
+	flag.StringVar(&wh.Service, "parking-webhook-service", "metallb-iad-parking-webhook", "Service, in --namespace, through which the apiserver calls the parking webhook (its DNS names go into the certificate); empty when the configuration calls a URL")
+	flag.StringVar(&whHosts, "parking-webhook-hosts", "", "more names or IP addresses for the parking webhook's certificate, comma-separated (the host of the configuration's URL, for a driver outside the cluster)")
 	log := opts.Init(version)
+	wh.Namespace = *namespace
+	for _, h := range strings.Split(whHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			wh.Hosts = append(wh.Hosts, h)
+		}
+	}
+	var certs *webhook.Certs
+	var whServer ctrlwebhook.Server
+	if wh.BindAddress != "0" && wh.BindAddress != "" {
+		certs = wh.Certs()
+		var err error
+		if whServer, err = wh.Server(certs); err != nil {
+			log.Error(err, "invalid flags")
+			os.Exit(2)
+		}
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme, metallb.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -48,6 +74,7 @@ func main() {
 			by[&metallb.IPAddressPool{}] = cache.ByObject{Namespaces: map[string]cache.Config{*metallbNS: {}}}
 			return by
 		}(),
+		WebhookServer: whServer,
 	})
 	if err != nil {
 		log.Error(err, "setting up")
@@ -68,8 +95,14 @@ func main() {
 		log.Error(err, "setting up the driver")
 		os.Exit(1)
 	}
+	if certs != nil {
+		if err := webhook.Setup(mgr, certs); err != nil {
+			log.Error(err, "setting up the parking webhook")
+			os.Exit(1)
+		}
+	}
 	log.Info("starting", "version", version, "namespace", *namespace, "metallbNamespace", *metallbNS, "workers", opts.Workers,
-		"metricsSecure", opts.MetricsSecure)
+		"metricsSecure", opts.MetricsSecure, "parkingWebhook", wh.BindAddress)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)

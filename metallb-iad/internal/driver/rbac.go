@@ -42,6 +42,14 @@ package driver
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=cozy-metallb-iad,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=events,verbs=create;patch;list;watch
 //
+// The parking webhook, where the apiserver has no MutatingAdmissionPolicy: its certificate and
+// authority in a Secret of its own namespace (created, then read and renewed by name only), and
+// the caBundle of its own MutatingWebhookConfiguration (by name).
+//
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",namespace=cozy-metallb-iad,resources=secrets,resourceNames=metallb-iad-parking-webhook-tls,verbs=get;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=metallb-iad-parking,verbs=get;patch
+//
 // In MetalLB's namespace: its pools, read only.
 //
 // +kubebuilder:rbac:groups=metallb.io,namespace=cozy-metallb,resources=ipaddresspools,verbs=get;list;watch

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/metricsauth"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
@@ -142,6 +143,9 @@ type Spec struct {
 	// ByObject adds per-type cache settings (Services are always trimmed to what the
 	// controllers read, unless the Service entry brings a Transform of its own).
 	ByObject map[client.Object]cache.ByObject
+	// WebhookServer is the admission webhook server, for a binary that serves one (nil: none
+	// listens).
+	WebhookServer webhook.Server
 }
 
 // RESTConfig loads the kubeconfig (flag --kubeconfig, KUBECONFIG, or in-cluster) with the
@@ -183,6 +187,7 @@ func (o *Options) ManagerOptions(s Spec) ctrl.Options {
 	lease, renew, retry := o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
 	return ctrl.Options{
 		Scheme:                        s.Scheme,
+		WebhookServer:                 s.WebhookServer,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.ProbeAddr,
 		PprofBindAddress:              o.PprofAddr,

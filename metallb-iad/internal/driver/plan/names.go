@@ -13,11 +13,12 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 )
 
 const (
 	// Provisioner is the driver's name, as IPAddressClass.spec.provisioner spells it.
-	Provisioner = "metallb.drivers.local.sdn.cozystack.io"
+	Provisioner = parking.Provisioner
 	// Finalizer is the driver's teardown finalizer on the addresses it provisions.
 	Finalizer = "metallb.drivers.local.sdn.cozystack.io/teardown"
 	// AnnotationPinned marks a tenant Service the driver pinned; only such pins are removed.
