@@ -1,18 +1,21 @@
-// Package charts installs, renders and lints the project's Helm charts with the Helm Go SDK, for
-// the sandbox, the e2e suite and the charts' own tests.
+// Package charts installs, renders and lints the project's Helm charts with the Helm v4 Go SDK,
+// as Cozystack's operator installs them through Flux's helm-controller, for the sandbox, the e2e
+// suite and the charts' own tests.
 package charts
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/kube"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,37 +27,116 @@ import (
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
 
+// Chart is a loaded Helm chart.
+type Chart = helmrender.Chart
+
+// Release is an installed release, as Helm stores it.
+type Release = release.Release
+
 // Dir is the directory of one of the project's charts in the checkout at root.
 func Dir(root, name string) string { return filepath.Join(root, "charts", name) }
 
-// Apply installs the chart as release name in namespace, or upgrades it when it exists, like
-// `helm upgrade --install --wait=false`.
-func Apply(ctx context.Context, kubeconfig, namespace, name string, c *chart.Chart, values map[string]any) (*release.Release, error) {
-	cfg := new(action.Configuration)
+// FieldManager is the field manager of every object Apply writes: Flux's helm-controller's, as
+// on a Cozystack cluster, so that a later server-side apply by the platform finds the fields owned
+// by the manager it uses itself.
+const FieldManager = "helm-controller"
+
+func init() { kube.ManagedFieldsManager = FieldManager }
+
+// Options say how Apply installs and upgrades a release. The zero value is how Flux's
+// helm-controller (v1.5 and later, on the Helm v4 SDK), and so Cozystack's operator through it,
+// installs a HelmRelease, but for the wait: server-side apply with conflicts forced, taking over
+// objects that exist without Helm's ownership, values reset to the chart's on upgrade.
+type Options struct {
+	// Wait waits, after the install or upgrade, until every object of the release is current by
+	// kstatus (Deployments available, CRDs established, ...), as helm-controller does by default.
+	Wait bool
+	// Timeout bounds the wait (5 minutes when zero).
+	Timeout time.Duration
+	// MaxHistory is how many releases Helm keeps (Cozystack's operator sets 5; 0 keeps all).
+	MaxHistory int
+	// Labels are Helm's release labels.
+	Labels map[string]string
+}
+
+// Apply installs the chart as release name in namespace, or upgrades it when it exists, as Flux's
+// helm-controller does without its wait (Options' zero value).
+func Apply(ctx context.Context, kubeconfig, namespace, name string, c *Chart, values map[string]any) (*Release, error) {
+	return ApplyWith(ctx, kubeconfig, namespace, name, c, values, Options{})
+}
+
+// ApplyWith is Apply with the given options.
+func ApplyWith(ctx context.Context, kubeconfig, namespace, name string, c *Chart, values map[string]any, o Options) (*Release, error) {
+	cfg, err := configuration(kubeconfig, namespace)
+	if err != nil {
+		return nil, err
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	wait := kube.HookOnlyStrategy
+	if o.Wait {
+		wait = kube.StatusWatcherStrategy
+	}
+	var r any
+	if _, err := cfg.Releases.Last(name); errors.Is(err, driver.ErrReleaseNotFound) || errors.Is(err, driver.ErrNoDeployedReleases) {
+		install := action.NewInstall(cfg)
+		install.ReleaseName, install.Namespace = name, namespace
+		install.ServerSideApply, install.ForceConflicts, install.TakeOwnership = true, true, true
+		install.WaitStrategy, install.Timeout, install.WaitForJobs = wait, o.Timeout, o.Wait
+		install.Labels = o.Labels
+		if r, err = install.RunWithContext(ctx, c, values); err != nil {
+			return nil, fmt.Errorf("installing %s: %w", name, err)
+		}
+	} else if err != nil {
+		return nil, err
+	} else {
+		upgrade := action.NewUpgrade(cfg)
+		upgrade.Namespace = namespace
+		upgrade.ServerSideApply, upgrade.ForceConflicts, upgrade.TakeOwnership = "true", true, true
+		upgrade.ResetValues, upgrade.MaxHistory = true, o.MaxHistory
+		upgrade.WaitStrategy, upgrade.Timeout, upgrade.WaitForJobs = wait, o.Timeout, o.Wait
+		upgrade.Labels = o.Labels
+		if r, err = upgrade.RunWithContext(ctx, name, c, values); err != nil {
+			return nil, fmt.Errorf("upgrading %s: %w", name, err)
+		}
+	}
+	rel, ok := r.(*release.Release)
+	if !ok {
+		return nil, fmt.Errorf("release %s: Helm returned a %T", name, r)
+	}
+	return rel, waitForCRDs(ctx, kubeconfig, rel)
+}
+
+// configuration is Helm's action configuration for namespace of the cluster of kubeconfig, with
+// releases in Secrets (Helm's default, and helm-controller's) and Helm's log discarded.
+func configuration(kubeconfig, namespace string) (*action.Configuration, error) {
+	cfg := action.NewConfiguration()
+	cfg.SetLogger(slog.DiscardHandler)
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &kubeconfig
 	flags.Namespace = &namespace
-	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
+	if err := cfg.Init(flags, namespace, "secret"); err != nil {
 		return nil, err
 	}
-	if _, err := action.NewHistory(cfg).Run(name); errors.Is(err, driver.ErrReleaseNotFound) {
-		install := action.NewInstall(cfg)
-		install.ReleaseName, install.Namespace = name, namespace
-		rel, err := install.RunWithContext(ctx, c, values)
-		if err != nil {
-			return nil, fmt.Errorf("installing %s: %w", name, err)
-		}
-		return rel, waitForCRDs(ctx, kubeconfig, rel)
-	} else if err != nil {
-		return nil, err
-	}
-	upgrade := action.NewUpgrade(cfg)
-	upgrade.Namespace = namespace
-	rel, err := upgrade.RunWithContext(ctx, name, c, values)
+	return cfg, nil
+}
+
+// Get returns the release's current state.
+func Get(kubeconfig, namespace, name string) (*Release, error) {
+	cfg, err := configuration(kubeconfig, namespace)
 	if err != nil {
-		return nil, fmt.Errorf("upgrading %s: %w", name, err)
+		return nil, err
 	}
-	return rel, waitForCRDs(ctx, kubeconfig, rel)
+	r, err := action.NewGet(cfg).Run(name)
+	if err != nil {
+		return nil, err
+	}
+	rel, ok := r.(*release.Release)
+	if !ok {
+		return nil, fmt.Errorf("release %s: Helm returned a %T", name, r)
+	}
+	return rel, nil
 }
 
 // waitForCRDs waits until every CRD the release manifest holds is Established, as Helm does for
@@ -105,16 +187,24 @@ func waitForCRDs(ctx context.Context, kubeconfig string, rel *release.Release) e
 	return nil
 }
 
-// Uninstall removes a release, like `helm uninstall`.
+// Uninstall removes a release, like `helm uninstall`, waiting until its objects are gone when
+// wait is set (helm-controller's uninstall waits).
 func Uninstall(kubeconfig, namespace, name string) error {
-	cfg := new(action.Configuration)
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &kubeconfig
-	flags.Namespace = &namespace
-	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
+	return UninstallWith(kubeconfig, namespace, name, false)
+}
+
+// UninstallWith is Uninstall, waiting for the objects to be gone when wait is set.
+func UninstallWith(kubeconfig, namespace, name string, wait bool) error {
+	cfg, err := configuration(kubeconfig, namespace)
+	if err != nil {
 		return err
 	}
-	_, err := action.NewUninstall(cfg).Run(name)
+	u := action.NewUninstall(cfg)
+	u.WaitStrategy, u.Timeout = kube.HookOnlyStrategy, 5*time.Minute
+	if wait {
+		u.WaitStrategy = kube.StatusWatcherStrategy
+	}
+	_, err = u.Run(name)
 	return err
 }
 
@@ -125,6 +215,7 @@ var (
 	Render        = helmrender.Render
 	RenderRelease = helmrender.RenderRelease
 	RenderFor     = helmrender.RenderFor
+	RenderAt      = helmrender.RenderAt
 	ServedKinds   = helmrender.ServedKinds
 )
 
@@ -133,11 +224,13 @@ func Lint(dir string, values map[string]any) []error {
 	l := action.NewLint()
 	l.Strict = true
 	res := l.Run([]string{dir}, values)
+	if res.TotalChartsLinted == 0 {
+		return res.Errors // the chart could not be loaded
+	}
 	var out []error
-	out = append(out, res.Errors...)
 	for _, m := range res.Messages {
-		if m.Severity > 1 { // warnings and errors, not INFO
-			out = append(out, m.Err)
+		if m.Severity > support.InfoSev { // warnings and errors
+			out = append(out, fmt.Errorf("%s: %w", m.Path, m.Err))
 		}
 	}
 	return out

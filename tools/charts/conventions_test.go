@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/reserved-ips/tools/images"
@@ -314,8 +315,8 @@ func TestDashboardsTheCozystackWay(t *testing.T) {
 	tmpl := readText(t, filepath.Join(root, "tools", "packages", "cozystack", "monitoring", "templates", "dashboards.yaml"))
 	mon := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: "v2", Name: "monitoring", Version: "0.0.0"},
-		Templates: []*chart.File{{Name: "templates/dashboards.yaml", Data: []byte(tmpl)}},
-		Files:     []*chart.File{{Name: "dashboards-infra.list", Data: []byte(list)}, {Name: "dashboards.list", Data: nil}},
+		Templates: []*common.File{{Name: "templates/dashboards.yaml", Data: []byte(tmpl)}},
+		Files:     []*common.File{{Name: "dashboards-infra.list", Data: []byte(list)}, {Name: "dashboards.list", Data: nil}},
 	}
 	manifest, err := Render(mon, "cozy-monitoring", nil)
 	if err != nil {

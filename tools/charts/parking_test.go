@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -194,14 +195,20 @@ func TestParkingPoliciesGating(t *testing.T) {
 		driverParks bool
 		// parkingEvents: the parking-events policy is rendered.
 		parkingEvents bool
+		// webhook: the parking webhook's configuration is rendered (where the policies cannot be).
+		webhook bool
 	}{
-		{"served, defaults", nil, ServedKinds, 2, true, true, true},
-		{"not served (before 1.36)", nil, nil, 0, true, true, true},
-		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true, true, true},
-		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true, true, true},
-		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true, false, false},
-		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false, true, false},
-		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true, true, true},
+		{"served, defaults", nil, ServedKinds, 2, true, true, true, false},
+		{"not served (before 1.36)", nil, nil, 0, true, true, true, true},
+		{"only the binding kind served", nil, []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}, 0, true, true, true, true},
+		{"an older version served", nil, []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 0, true, true, true, true},
+		{"parking off", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, ServedKinds, 0, true, false, false, false},
+		{"parking off, not served", map[string]any{"admissionPolicy": map[string]any{"parking": false}}, nil, 0, true, false, false, false},
+		{"admission policies off", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, ServedKinds, 0, false, true, false, false},
+		{"admission policies off, not served", map[string]any{"admissionPolicy": map[string]any{"enabled": false}}, nil, 0, false, true, false, false},
+		{"deploy off", map[string]any{"deploy": false}, ServedKinds, 2, true, true, true, false},
+		{"webhook asked for, served", map[string]any{"admissionPolicy": map[string]any{"parkingAdmission": "webhook"}}, ServedKinds, 0, true, true, true, true},
+		{"policy asked for, served", map[string]any{"admissionPolicy": map[string]any{"parkingAdmission": "policy"}}, ServedKinds, 2, true, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderDriverFor(t, tc.values, tc.kinds)
@@ -212,6 +219,15 @@ func TestParkingPoliciesGating(t *testing.T) {
 				args := toStrings(dig(d, "spec", "template", "spec", "containers", 0, "args"))
 				if want := fmt.Sprintf("--parking=%v", tc.driverParks); !slices.Contains(args, want) {
 					t.Errorf("driver args %v lack %s", args, want)
+				}
+			}
+			if got := objs["MutatingWebhookConfiguration/metallb-iad-parking"] != nil; got != tc.webhook {
+				t.Errorf("parking webhook configuration rendered: %v, want %v", got, tc.webhook)
+			}
+			if d := objs["Deployment/metallb-iad"]; d != nil {
+				args := strings.Join(toStrings(dig(d, "spec", "template", "spec", "containers", 0, "args")), " ")
+				if got := strings.Contains(args, "--parking-webhook-bind-address="); got != tc.webhook {
+					t.Errorf("the driver serves the parking webhook: %v, want %v (args %s)", got, tc.webhook, args)
 				}
 			}
 			if (objs["ValidatingAdmissionPolicy/metallb-iad-service-pins"] != nil) != tc.vap {
@@ -232,4 +248,122 @@ func TestParkingPoliciesGating(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The parking webhook as docs/design.md#parking-below-kubernetes-136 describes it, where the
+// cluster serves no MutatingAdmissionPolicy: one mutating webhook for CREATE and UPDATE of
+// Services in tenant namespaces, failurePolicy Fail by default (a write it must see is refused
+// while no replica answers, never admitted unparked), no caBundle from the chart (the driver keeps
+// it), called through the chart's Service on the driver's webhook port, or a URL for a driver run
+// outside the cluster; the driver is told to serve it, with the names its RBAC grants.
+func TestParkingWebhookRendering(t *testing.T) {
+	objs := renderDriverFor(t, map[string]any{"networkPolicy": map[string]any{"enabled": true}}, nil)
+	w := objs["MutatingWebhookConfiguration/metallb-iad-parking"]
+	if w == nil {
+		t.Fatalf("no parking webhook configuration: %v", keys(objs))
+	}
+	hooks, _ := dig(w, "webhooks").([]any)
+	if len(hooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(hooks))
+	}
+	h := hooks[0].(map[string]any)
+	for path, want := range map[string]any{
+		"failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": float64(5), "reinvocationPolicy": "Never",
+		"clientConfig.service.name": "metallb-iad-parking-webhook", "clientConfig.service.namespace": "cozy-metallb-iad",
+		"clientConfig.service.path": "/park", "clientConfig.service.port": float64(443),
+		"namespaceSelector.matchExpressions.0.key": "namespace.cozystack.io/host", "namespaceSelector.matchExpressions.0.operator": "Exists",
+	} {
+		var keys []any
+		for _, k := range strings.Split(path, ".") {
+			if n, err := strconv.Atoi(k); err == nil {
+				keys = append(keys, n)
+			} else {
+				keys = append(keys, k)
+			}
+		}
+		if got := dig(h, keys...); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("webhook %s = %v, want %v", path, got, want)
+		}
+	}
+	if dig(h, "clientConfig", "caBundle") != nil {
+		t.Error("the chart sets the caBundle, which the driver keeps: an upgrade would overwrite it")
+	}
+	if strings.Join(toStrings(dig(h, "rules", 0, "operations")), ",") != "CREATE,UPDATE" || strings.Join(toStrings(dig(h, "rules", 0, "resources")), ",") != "services" {
+		t.Errorf("rules %v, want CREATE and UPDATE of services (not their status)", dig(h, "rules"))
+	}
+	conds, _ := dig(h, "matchConditions").([]any)
+	if len(conds) < 5 {
+		t.Errorf("matchConditions %v: want the parkable conditions and the claim-or-auto-claim one", conds)
+	}
+	svc := objs["Service/metallb-iad-parking-webhook"]
+	if svc == nil || dig(svc, "spec", "ports", 0, "port") != float64(443) || dig(svc, "spec", "ports", 0, "targetPort") != "parking-webhook" {
+		t.Fatalf("the webhook's Service %v", svc)
+	}
+	dep := objs["Deployment/metallb-iad"]
+	if sel := dig(svc, "spec", "selector"); fmt.Sprint(sel) != fmt.Sprint(dig(dep, "spec", "selector", "matchLabels")) {
+		t.Errorf("the webhook's Service selects %v, the driver's pods are %v", sel, dig(dep, "spec", "selector", "matchLabels"))
+	}
+	args := toStrings(dig(dep, "spec", "template", "spec", "containers", 0, "args"))
+	for _, want := range []string{"--parking-webhook-bind-address=:9443", "--parking-webhook-service=metallb-iad-parking-webhook",
+		"--parking-webhook-secret=metallb-iad-parking-webhook-tls"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("driver args %v lack %s", args, want)
+		}
+	}
+	var port bool
+	for _, p := range dig(dep, "spec", "template", "spec", "containers", 0, "ports").([]any) {
+		port = port || p.(map[string]any)["name"] == "parking-webhook" && p.(map[string]any)["containerPort"] == float64(9443)
+	}
+	if !port {
+		t.Error("the driver's container has no parking-webhook port 9443")
+	}
+	var admitted bool
+	for _, r := range dig(objs["NetworkPolicy/metallb-iad"], "spec", "ingress").([]any) {
+		admitted = admitted || fmt.Sprint(dig(r.(map[string]any), "ports", 0, "port")) == "9443"
+	}
+	if !admitted {
+		t.Error("the NetworkPolicy does not admit the apiserver to the webhook port")
+	}
+	// The driver's RBAC grants exactly the chart's names: the configuration's caBundle and the
+	// Secret, by name.
+	role := string(mustRead(t, filepath.Join(root, "charts", "metallb-iad", "files", "role.yaml")))
+	for _, name := range []string{"metallb-iad-parking\n", "metallb-iad-parking-webhook-tls\n"} {
+		if !strings.Contains(role, "  - "+name) {
+			t.Errorf("the driver's RBAC does not name %q", strings.TrimSpace(name))
+		}
+	}
+
+	// A driver outside the cluster: the URL, and no Service.
+	objs = renderDriverFor(t, map[string]any{"deploy": false, "admissionPolicy": map[string]any{"parkingWebhook": map[string]any{
+		"url": "https://127.0.0.1:9443/park", "failurePolicy": "Ignore", "timeoutSeconds": 2}}}, nil)
+	h = dig(objs["MutatingWebhookConfiguration/metallb-iad-parking"], "webhooks", 0).(map[string]any)
+	if dig(h, "clientConfig", "url") != "https://127.0.0.1:9443/park" || dig(h, "clientConfig", "service") != nil ||
+		dig(h, "failurePolicy") != "Ignore" || dig(h, "timeoutSeconds") != float64(2) {
+		t.Errorf("with a URL: clientConfig %v, failurePolicy %v, timeout %v", dig(h, "clientConfig"), dig(h, "failurePolicy"), dig(h, "timeoutSeconds"))
+	}
+	if objs["Service/metallb-iad-parking-webhook"] != nil {
+		t.Error("a Service for a driver that runs outside the cluster")
+	}
+
+	// Asking for the policies where the cluster has none, or for an unknown mode, fails the render
+	// with a message that says what to do.
+	c, err := Load(Dir(root, "metallb-iad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[string]string{"policy": "use auto or webhook", "sometimes": "'auto', 'policy', 'webhook'"} {
+		_, err := RenderFor(c, "metallb-iad", "cozy-metallb-iad", map[string]any{"admissionPolicy": map[string]any{"parkingAdmission": mode}}, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parkingAdmission %s without the policies: %v, want an error saying %q", mode, err, want)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

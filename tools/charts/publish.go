@@ -7,10 +7,9 @@ import (
 	"os"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/registry"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/registry"
 )
 
 // ChartVersion is the SemVer chart version of a release VERSION: v0.1.0 gives 0.1.0.
@@ -80,7 +79,7 @@ func PublishChart(dir, repo, version string, plainHTTP bool) (string, error) {
 }
 
 // PullChart pulls <repo>/<name>:<version> with the Helm SDK, as `helm pull oci://...` does.
-func PullChart(repo, name, version string, plainHTTP bool) (*chart.Chart, error) {
+func PullChart(repo, name, version string, plainHTTP bool) (*Chart, error) {
 	client, err := registryClient(plainHTTP)
 	if err != nil {
 		return nil, err

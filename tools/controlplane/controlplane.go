@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -515,4 +516,26 @@ func writeKubeconfig(path, server, caFile string, auth *clientcmdapi.AuthInfo) e
 		return err
 	}
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// ServesMutatingAdmissionPolicy says whether the apiserver serves admissionregistration.k8s.io/v1
+// MutatingAdmissionPolicy (Kubernetes 1.36 and later), which the driver chart's parking policies
+// need; below that the chart parks through the driver's webhook.
+func (cp *ControlPlane) ServesMutatingAdmissionPolicy(ctx context.Context) (bool, error) {
+	return ServesMutatingAdmissionPolicy(cp.Client.Discovery())
+}
+
+// ServesMutatingAdmissionPolicy says whether the cluster behind d serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy.
+func ServesMutatingAdmissionPolicy(d discovery.DiscoveryInterface) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		return false, fmt.Errorf("discovering admissionregistration.k8s.io/v1: %w", err)
+	}
+	for _, r := range list.APIResources {
+		if r.Kind == "MutatingAdmissionPolicy" {
+			return true, nil
+		}
+	}
+	return false, nil
 }

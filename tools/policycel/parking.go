@@ -2,6 +2,7 @@ package policycel
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/reserved-ips/tools/charts"
 )
 
 // The driver chart's parking MutatingAdmissionPolicies.
@@ -210,4 +213,87 @@ func (pol mutatingPolicy) evaluate(obj, old, param map[string]any) (map[string]a
 		out = merged.(*unstructured.Unstructured).Object
 	}
 	return out, true, nil
+}
+
+// ParkingWebhookName is the driver chart's parking webhook (its MutatingWebhookConfiguration and
+// webhook), rendered where the cluster serves no MutatingAdmissionPolicy.
+const (
+	ParkingWebhookConfiguration = "metallb-iad-parking"
+	ParkingWebhookName          = "park.metallb-iad.local.sdn.cozystack.io"
+)
+
+// ParkingWebhook is the chart's parking webhook's matchConditions, compiled with the apiserver's
+// admission CEL compiler: which Service writes the apiserver sends to the driver at all.
+type ParkingWebhook struct {
+	Spec       admissionregistrationv1.MutatingWebhook
+	conditions []namedResult
+}
+
+// LoadParkingWebhook renders the driver chart from the checkout at root as for an apiserver
+// without MutatingAdmissionPolicy and compiles its parking webhook's matchConditions.
+func LoadParkingWebhook(root, namespace string, values map[string]any) (*ParkingWebhook, error) {
+	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := charts.RenderFor(ch, "metallb-iad", namespace, values, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var c admissionregistrationv1.MutatingWebhookConfiguration
+		if err := yaml.Unmarshal([]byte(doc), &c); err != nil || c.Kind != "MutatingWebhookConfiguration" || c.Name != ParkingWebhookConfiguration {
+			continue
+		}
+		for _, w := range c.Webhooks {
+			if w.Name != ParkingWebhookName {
+				continue
+			}
+			compiler := plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+			out := &ParkingWebhook{Spec: w}
+			for _, mc := range w.MatchConditions {
+				r := compiler.CompileCELExpression(&matchconditions.MatchCondition{Name: mc.Name, Expression: mc.Expression},
+					plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.NewExpressions)
+				if r.Error != nil {
+					return nil, fmt.Errorf("webhook %s: matchCondition %s: %w", w.Name, mc.Name, r.Error)
+				}
+				out.conditions = append(out.conditions, namedResult{mc.Name, r})
+			}
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("the metallb-iad chart renders no webhook %s in MutatingWebhookConfiguration %s", ParkingWebhookName, ParkingWebhookConfiguration)
+}
+
+// Calls says whether the apiserver sends the write of req (in a tenant namespace) to the webhook:
+// every matchCondition holds. A condition that fails to evaluate is an error (the apiserver would
+// then apply the failurePolicy).
+func (w *ParkingWebhook) Calls(req ParkRequest) (bool, error) {
+	op := "UPDATE"
+	var oldVal any = types.NullValue
+	if req.OldObject == nil {
+		op = "CREATE"
+	} else {
+		oldVal = req.OldObject
+	}
+	act := map[string]any{
+		"object": req.Object, "oldObject": oldVal,
+		"request": map[string]any{"operation": op, "namespace": "tenant-example", "name": "web",
+			"kind":     map[string]any{"group": "", "version": "v1", "kind": "Service"},
+			"resource": map[string]any{"group": "", "version": "v1", "resource": "services"}},
+	}
+	for _, c := range w.conditions {
+		v, _, err := c.Program.Eval(act)
+		if err != nil {
+			return false, fmt.Errorf("matchCondition %s: %w", c.name, err)
+		}
+		ok, isBool := v.Value().(bool)
+		if !isBool {
+			return false, fmt.Errorf("matchCondition %s gave %v", c.name, v)
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
 }

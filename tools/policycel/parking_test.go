@@ -282,3 +282,43 @@ func TestParkingConstantsAreTheCores(t *testing.T) {
 		}
 	}
 }
+
+// Below Kubernetes 1.36 the driver's parking webhook parks in place of the policies, and the
+// apiserver sends it only the writes its matchConditions admit: over random writes, every write
+// the policies park is sent (the webhook never misses one), and some are not (the conditions do
+// filter: an existing Service with an address, a pinned one, a ClusterIP one never wait on the
+// driver).
+func TestParkingWebhookIsCalledForEveryWriteThePoliciesPark(t *testing.T) {
+	w, err := LoadParkingWebhook(filepath.Join("..", ".."), "cozy-metallb-iad", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Spec.FailurePolicy == nil || *w.Spec.FailurePolicy != "Fail" {
+		t.Errorf("failurePolicy %v, want Fail by default", w.Spec.FailurePolicy)
+	}
+	rng := rand.New(rand.NewPCG(44, 44))
+	called, skipped := 0, 0
+	for range 20000 {
+		b := make([]byte, 48)
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		req := GenParkRequest(b)
+		calls, err := w.Calls(req)
+		if err != nil {
+			t.Fatalf("the webhook's matchConditions fail to evaluate (the failurePolicy would then refuse the write): %v\nold %v\nnew %v", err, req.OldObject, req.Object)
+		}
+		if rule := ParkingRule(req); rule != "" && !calls {
+			t.Fatalf("the policies park this write (%s), the webhook is not called for it\nold %v\nnew %v\nclasses %v", rule, req.OldObject, req.Object, req.Classes)
+		}
+		if calls {
+			called++
+		} else {
+			skipped++
+		}
+	}
+	t.Logf("called for %d writes, not for %d", called, skipped)
+	if skipped < 1000 || called < 200 {
+		t.Errorf("called %d, skipped %d: the sample does not exercise the conditions", called, skipped)
+	}
+}

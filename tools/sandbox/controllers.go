@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
@@ -84,7 +82,7 @@ func installChart(ctx context.Context, s *Sandbox, c Controller) error {
 	}
 	load := s.charts
 	if load == nil {
-		load = func(name string) (*chart.Chart, error) { return charts.Load(charts.Dir(root, name)) }
+		load = func(name string) (*charts.Chart, error) { return charts.Load(charts.Dir(root, name)) }
 	}
 	ch, err := load(c.Name)
 	if err != nil {

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/mirror/mirrortest"
@@ -44,7 +40,7 @@ func TestChartsFromARegistryRunBothControllers(t *testing.T) {
 	s, err := Start(ctx, Options{
 		Logf:         t.Logf,
 		ControlPlane: controlplane.Options{Dir: t.TempDir()},
-		Charts: func(name string) (*chart.Chart, error) {
+		Charts: func(name string) (*charts.Chart, error) {
 			pulled[name] = true
 			return charts.PullChart(repo, name, version, true)
 		},
@@ -63,13 +59,7 @@ func TestChartsFromARegistryRunBothControllers(t *testing.T) {
 			t.Errorf("the sandbox did not take %s from the registry", c.Name)
 		}
 		// The release in the cluster is the published chart.
-		cfg := new(action.Configuration)
-		flags := genericclioptions.NewConfigFlags(false)
-		flags.KubeConfig, flags.Namespace = &s.Kubeconfig, &c.Namespace
-		if err := cfg.Init(flags, c.Namespace, "secret", func(string, ...any) {}); err != nil {
-			t.Fatal(err)
-		}
-		rel, err := action.NewGet(cfg).Run(c.Name)
+		rel, err := charts.Get(s.Kubeconfig, c.Namespace, c.Name)
 		if err != nil {
 			t.Fatalf("release %s/%s: %v", c.Namespace, c.Name, err)
 		}

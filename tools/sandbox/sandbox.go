@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
-	"helm.sh/helm/v3/pkg/chart"
-
+	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/controlplane"
 	"github.com/cozystack/reserved-ips/tools/kubeapply"
 )
@@ -49,13 +49,20 @@ var Addons = []Addon{
 		return installChart(ctx, s, AddressController)
 	}, Hint: "kubectl get ipam -A                              # classes, addresses and claims"},
 	{Name: "the metallb-iad chart", Start: func(ctx context.Context, s *Sandbox) error {
-		return installChart(ctx, s, MetalLBIAD)
+		c, err := s.driver(ctx)
+		if err != nil {
+			return err
+		}
+		return installChart(ctx, s, c)
 	}},
 	{Name: "address-controller", Start: func(ctx context.Context, s *Sandbox) error {
 		return runController(ctx, s, AddressController)
 	}},
 	{Name: "metallb-iad", Start: func(ctx context.Context, s *Sandbox) error {
-		c := MetalLBIAD
+		c, err := s.driver(ctx)
+		if err != nil {
+			return err
+		}
 		c.Args = append(c.Args, "--metallb-namespace="+s.MetalLBNamespace)
 		return runController(ctx, s, c)
 	}},
@@ -100,7 +107,7 @@ type Options struct {
 	DriverArgs []string
 	// Charts loads a controller's chart by name (address-controller, metallb-iad); nil: the
 	// checkout's charts/<name>. A test sets it to pull the published charts from a registry.
-	Charts func(name string) (*chart.Chart, error)
+	Charts func(name string) (*charts.Chart, error)
 }
 
 // Sandbox is a running control plane with every add-on set up.
@@ -113,7 +120,42 @@ type Sandbox struct {
 	examples       bool
 	controllerArgs []string
 	driverArgs     []string
-	charts         func(name string) (*chart.Chart, error)
+	charts         func(name string) (*charts.Chart, error)
+	// parkingWebhookPort is the loopback port of the driver's parking webhook, on an apiserver
+	// without MutatingAdmissionPolicy (0 until driver decides, -1 where the policies park).
+	parkingWebhookPort int
+}
+
+// driver is MetalLBIAD as this sandbox runs it. Where the apiserver serves no
+// MutatingAdmissionPolicy (Kubernetes before 1.36) the chart parks Services through the driver's
+// webhook: the driver runs outside the cluster here, so the webhook listens on a loopback port and
+// the chart's configuration calls that URL, with the address in the driver's certificate.
+func (s *Sandbox) driver(ctx context.Context) (Controller, error) {
+	c := MetalLBIAD
+	if s.parkingWebhookPort == 0 {
+		served, err := s.ServesMutatingAdmissionPolicy(ctx)
+		if err != nil {
+			return c, err
+		}
+		s.parkingWebhookPort = -1
+		if !served {
+			if s.parkingWebhookPort, err = controlplane.FreePort(); err != nil {
+				return c, err
+			}
+		}
+	}
+	if s.parkingWebhookPort > 0 {
+		addr := fmt.Sprintf("127.0.0.1:%d", s.parkingWebhookPort)
+		values := map[string]any{}
+		for k, v := range c.Values {
+			values[k] = v
+		}
+		values["admissionPolicy"] = map[string]any{"parkingWebhook": map[string]any{"url": "https://" + addr + "/park"}}
+		c.Values = values
+		c.Args = append(slices.Clone(c.Args), "--parking-webhook-bind-address="+addr, "--parking-webhook-service=",
+			"--parking-webhook-hosts=127.0.0.1")
+	}
+	return c, nil
 }
 
 // Start starts the control plane and the add-ons; on error everything is stopped again.

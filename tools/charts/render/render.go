@@ -6,13 +6,21 @@ package render
 import (
 	"fmt"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	release "helm.sh/helm/v4/pkg/release/v1"
 )
 
-// Load reads a chart directory.
+// Chart is a loaded Helm chart (API v2, the charts' apiVersion).
+type Chart = chart.Chart
+
+// KubeVersion is the Kubernetes version offline renders report (.Capabilities.KubeVersion): the
+// project's default, whose kube-apiserver serves ServedKinds.
+const KubeVersion = "v1.37.2"
+
+// Load reads a chart directory or archive.
 func Load(dir string) (*chart.Chart, error) {
 	c, err := loader.Load(dir)
 	if err != nil {
@@ -29,7 +37,7 @@ func Render(c *chart.Chart, namespace string, values map[string]any) (string, er
 
 // ServedKinds are the group/version/Kind capabilities the charts test with
 // .Capabilities.APIVersions.Has that Helm's offline defaults lack (they list group/versions
-// only) and the project's kube-apiserver (v1.37.2) serves: offline renders see what an install
+// only) and the project's kube-apiserver (KubeVersion) serves: offline renders see what an install
 // on that apiserver sees. TestServedKindsAreServed checks them against a running apiserver.
 var ServedKinds = []string{
 	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
@@ -38,27 +46,36 @@ var ServedKinds = []string{
 
 // RenderRelease is Render with the release name given (a Cozystack PackageSource names the
 // release of a wrapper chart).
-func RenderRelease(c *chart.Chart, release, namespace string, values map[string]any) (string, error) {
-	return RenderFor(c, release, namespace, values, ServedKinds)
+func RenderRelease(c *chart.Chart, releaseName, namespace string, values map[string]any) (string, error) {
+	return RenderFor(c, releaseName, namespace, values, ServedKinds)
 }
 
 // RenderFor is RenderRelease for a cluster serving, beyond Helm's defaults, the group/version/Kind
 // capabilities in kinds (nil: none of ServedKinds, as an apiserver before 1.36).
-func RenderFor(c *chart.Chart, release, namespace string, values map[string]any, kinds []string) (string, error) {
-	cfg := new(action.Configuration)
-	install := action.NewInstall(cfg)
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
+func RenderFor(c *chart.Chart, releaseName, namespace string, values map[string]any, kinds []string) (string, error) {
+	return RenderAt(c, releaseName, namespace, values, KubeVersion, kinds)
+}
+
+// RenderAt is RenderFor as a cluster of Kubernetes version kubeVersion sees it (the chart's
+// kubeVersion constraint is checked against it).
+func RenderAt(c *chart.Chart, releaseName, namespace string, values map[string]any, kubeVersion string, kinds []string) (string, error) {
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy, install.Replace = action.DryRunClient, true
+	install.ReleaseName, install.Namespace = releaseName, namespace
 	install.IncludeCRDs = true
-	v, err := chartutil.ParseKubeVersion("v1.37.2")
+	v, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		return "", err
 	}
 	install.KubeVersion = v
 	install.APIVersions = kinds
-	rel, err := install.Run(c, values)
+	r, err := install.Run(c, values)
 	if err != nil {
 		return "", err
+	}
+	rel, ok := r.(*release.Release)
+	if !ok {
+		return "", fmt.Errorf("rendering %s: a release of type %T", c.Name(), r)
 	}
 	return rel.Manifest, nil
 }
