@@ -33,13 +33,21 @@ export E2E_PROVIDER
 # with METALLB_VERSION=v0.15.2; v0.16.1+patched is v0.16.1 with the patches under
 # tools/binaries/metallb/patches (docs/metallb-patches.md).
 export METALLB_VERSION
+# The Kubernetes every target builds and runs, likewise: empty means tools/binaries'
+# DefaultKubernetesVersion (v1.37.2); v1.33.13 is the 1.33 line Cozystack hosts run (the pinned
+# versions are tools/binaries' KubernetesVersions).
+export KUBERNETES_VERSION
+# The Kubernetes of the kind suite (make test-e2e-kind, and beside the local suite in make test):
+# the 1.33 line, without MutatingAdmissionPolicy, installed as Cozystack installs; the local suite
+# runs KUBERNETES_VERSION (the newest by default). KUBERNETES_VERSION, when set, moves both.
+KIND_KUBERNETES_VERSION ?= $(or $(KUBERNETES_VERSION),v1.33.13)
 
 .PHONY: help
 help: ## List the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: binaries
-binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, MetalLB (METALLB_VERSION), controller-gen, golangci-lint and the distribution registry.
+binaries: ## Build (or reuse) etcd, kube-apiserver, kube-controller-manager and kubectl (KUBERNETES_VERSION), MetalLB (METALLB_VERSION), controller-gen, golangci-lint and the distribution registry.
 	$(BINARIES) build
 
 .PHONY: generate
@@ -156,15 +164,38 @@ test: lint check-generated check-chart-docs check-vendored check-images test-pac
 
 # helm-unittest, pinned by the tool directive of its own module (outside go.work); make
 # test-packages builds it and stands it in for `helm unittest`, as Cozystack's CI has the plugin.
+# The platform package of the Cozystack-shaped copy is the stand-in platform chart
+# (tools/charts/testdata/platform) with our sources, suites and system-bundle entry put in as the
+# pull request puts them into Cozystack's (tools/packages/platform.sh), so the emission suite
+# (packages/core/platform/tests) runs there as it would in Cozystack's own make test.
 HELM_UNITTEST_PIN := tools/binaries/helm-unittest
 
 .PHONY: test-packages
-test-packages: ## The packages' helm-unittest suites (packages/system/*/tests), run as Cozystack's hack/helm-unit-tests.sh runs them: make test in each package of a Cozystack-shaped copy (stand-in hack/ from tools/packages/cozystack).
+test-packages: ## The packages' helm-unittest suites (packages/system/*/tests, and packages/core/platform/tests in the stand-in platform chart), run as Cozystack's hack/helm-unit-tests.sh runs them: make test in each package of a Cozystack-shaped copy (stand-in hack/ from tools/packages/cozystack).
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	(cd $(HELM_UNITTEST_PIN) && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false -trimpath" \
 		$(GO) build -o "$$tmp/bin/helm-unittest" github.com/helm-unittest/helm-unittest/cmd/helm-unittest); \
 	cp tools/packages/helm "$$tmp/bin/helm"; \
 	mkdir -p "$$tmp/cozystack"; cp -R tools/packages/cozystack/hack packages "$$tmp/cozystack/"; \
+	rm -rf "$$tmp/cozystack/packages/core/platform"; \
+	sh tools/packages/platform.sh tools/charts/testdata/platform "$$tmp/cozystack/packages/core/platform"; \
+	cd "$$tmp/cozystack" && PATH="$$tmp/bin:$$PATH" sh hack/helm-unit-tests.sh
+
+# Not part of make test: the same assembly on Cozystack's own platform chart, from a checkout or an
+# extracted tree of cozystack/cozystack (COZYSTACK_DIR), and all of that chart's suites with ours
+# among them. Only packages/core/platform is taken from it; hack/ is the stand-in, as Cozystack's
+# common-envs.mk asks git for a version (and fetches tags when it finds none).
+.PHONY: test-platform-upstream
+test-platform-upstream: ## Cozystack's platform chart (COZYSTACK_DIR=a cozystack checkout) with our entry, sources and suites put in as the pull request does, and its helm-unittest suites run as its make test runs them.
+	@test -n "$(COZYSTACK_DIR)" || { echo "test-platform-upstream: set COZYSTACK_DIR to a cozystack/cozystack checkout" >&2; exit 2; }; \
+	test -f "$(COZYSTACK_DIR)/packages/core/platform/Chart.yaml" || { echo "test-platform-upstream: no packages/core/platform/Chart.yaml under $(COZYSTACK_DIR)" >&2; exit 2; }; \
+	! grep -q '^dependencies:' "$(COZYSTACK_DIR)/packages/core/platform/Chart.yaml" || { echo "test-platform-upstream: the platform chart has dependencies now; copy them into the tree too" >&2; exit 2; }; \
+	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(HELM_UNITTEST_PIN) && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false -trimpath" \
+		$(GO) build -o "$$tmp/bin/helm-unittest" github.com/helm-unittest/helm-unittest/cmd/helm-unittest); \
+	cp tools/packages/helm "$$tmp/bin/helm"; \
+	mkdir -p "$$tmp/cozystack"; cp -R tools/packages/cozystack/hack "$$tmp/cozystack/"; \
+	sh tools/packages/platform.sh "$(COZYSTACK_DIR)/packages/core/platform" "$$tmp/cozystack/packages/core/platform"; \
 	cd "$$tmp/cozystack" && PATH="$$tmp/bin:$$PATH" sh hack/helm-unit-tests.sh
 
 .PHONY: test-unit
@@ -257,7 +288,7 @@ CHAOS_SEED_TEST ?= 431099936
 # after the run, so that a red run can be read; the next run starts it afresh.
 E2E_STATE ?= $(LOCALBIN)/e2e-state
 
-test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local; chaos seed CHAOS_SEED_TEST; logs kept in E2E_STATE).
+test-e2e: ## The end-to-end suite on a local control plane with MetalLB (E2E_PROVIDER=local; KUBERNETES_VERSION picks the Kubernetes; chaos seed CHAOS_SEED_TEST; logs kept in E2E_STATE).
 	rm -rf $(E2E_STATE)
 	cd e2e && E2E_STATE_DIR=$(E2E_STATE) CHAOS_SEED=$(or $(CHAOS_SEED),$(CHAOS_SEED_TEST)) $(GO) test $(TEST_FLAGS) -count=1 -timeout 40m -v $(E2E_PACKAGES)
 
@@ -270,18 +301,18 @@ docker-stop: ## Stop the Docker engine docker-start started (and every container
 	tools/kindnode/dockerd.sh stop
 
 .PHONY: kind-node-image
-kind-node-image: ## Build (or reuse) the offline kind node image: debootstrap rootfs, Kubernetes and MetalLB from Go modules, images preloaded (tools/kindnode).
-	$(GO) run ./tools/cmd/kindnode build
+kind-node-image: ## Build (or reuse) the offline kind node image: debootstrap rootfs, Kubernetes (KIND_KUBERNETES_VERSION) and MetalLB from Go modules, images preloaded (tools/kindnode).
+	KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION) $(GO) run ./tools/cmd/kindnode build
 
 .PHONY: test-kind-node
 test-kind-node: ## A kind cluster from the offline node image becomes Ready with every kube-system pod running (needs Docker).
-	cd e2e && KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
+	cd e2e && KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION) KIND_NODE_TEST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestKindNodeBecomesReady$$' ./provider
 
 # Why the kind suite cannot run here (empty when it can): no usable Docker engine, or no node image
 # and no way to build one.
 KIND_WHY_NOT = if ! timeout 10 docker info >/dev/null 2>&1; then \
 		echo "no usable Docker engine (make docker-start starts one)"; \
-	elif ! docker image inspect "$$($(GO) run ./tools/cmd/kindnode ref)" >/dev/null 2>&1 && \
+	elif ! docker image inspect "$$(KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION) $(GO) run ./tools/cmd/kindnode ref)" >/dev/null 2>&1 && \
 		! { [ "$$(id -u)" = 0 ] && command -v debootstrap >/dev/null; }; then \
 		echo "the kind node image is not built and building it needs root and debootstrap (make kind-node-image as root)"; \
 	fi
@@ -323,7 +354,8 @@ test-e2e-suites: ## The local suite and, beside it, the kind suite when a Docker
 	fi; \
 	if [ -n "$$why" ]; then echo "test-e2e-kind: NOT RUN, $$why"; else \
 		setsid bash -o pipefail -c '$(call autogroup_nice,10); { nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
-			{ $(call autogroup_nice,0); } && $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=.; } 2>&1 | \
+			{ $(call autogroup_nice,0); } && $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=. \
+				KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION); } 2>&1 | \
 			sed -u "s/^/kind| /"' & kind=$$!; \
 	fi; \
 	status=0; $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=local || { status=$$?; echo "test-e2e (local): FAILED"; }; \
@@ -345,8 +377,8 @@ test-e2e-suites-and-fuzz: ## test-e2e-suites with test-fuzz beside it at the low
 	@$(MAKE) --no-print-directory test-e2e-suites BESIDE=test-fuzz
 
 .PHONY: test-e2e-kind
-test-e2e-kind: ## The end-to-end suite on a kind cluster from the offline node image (needs Docker: make docker-start); fails, not skips, when kind cannot start.
-	$(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1
+test-e2e-kind: ## The end-to-end suite on a kind cluster of KIND_KUBERNETES_VERSION (v1.33.13) from the offline node image (needs Docker: make docker-start); fails, not skips, when kind cannot start.
+	$(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION)
 
 .PHONY: chaos
 chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/reliability.md.

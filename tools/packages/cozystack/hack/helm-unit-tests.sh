@@ -1,8 +1,9 @@
 #!/bin/sh
-# Stand-in for Cozystack's hack/helm-unit-tests.sh, for make test-packages, run from the root of a
-# Cozystack-shaped tree: `make test` in every package directory whose Makefile has a test target,
-# failing on a failed run, on a test target that make skipped, and on a run that reports no passed
-# helm-unittest suite (helm-unittest exits 0 when it finds no suites).
+# Stand-in for Cozystack's hack/helm-unit-tests.sh, for make test-packages and make
+# test-platform-upstream, run from the root of a Cozystack-shaped tree: `make test` in every
+# package directory whose Makefile has a test target, failing on a failed run, on a test target
+# that make skipped, and on a run that reports no passed helm-unittest suite (helm-unittest exits 0
+# when it finds no suites).
 set -eu
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
