@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,6 +29,7 @@ func ipamClient(t *testing.T) client.Client {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = ipamv1.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
 	c, err := client.New(cluster.Config(), client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

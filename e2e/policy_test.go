@@ -201,7 +201,12 @@ func applyDriverChart(ctx context.Context, t *testing.T, policy map[string]any) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := map[string]any{"deploy": false, "metallbNamespace": metallbNamespace, "admissionPolicy": policy}
+	local := localCluster(t, "it upgrades the driver's chart release")
+	base, err := local.DriverChartValues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := provider.FluxValues(base, map[string]any{"admissionPolicy": policy})
 	if _, err := charts.Apply(ctx, cluster.Kubeconfig(), driverNamespace, "metallb-iad", ch, values); err != nil {
 		t.Fatal(err)
 	}

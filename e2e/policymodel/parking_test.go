@@ -13,6 +13,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 	"github.com/cozystack/reserved-ips/tools/policycel"
 )
 
@@ -62,6 +63,29 @@ func coreSays(t *testing.T, req policycel.ParkRequest) string {
 	return ""
 }
 
+// webhookSays is the driver's parking webhook's decision (metallb-iad's parking.Decide, which
+// parks where the cluster has no MutatingAdmissionPolicy), named as the policies' outcomes are.
+func webhookSays(t *testing.T, req policycel.ParkRequest) string {
+	r := parking.Request{Object: toService(t, req.Object)}
+	if req.OldObject != nil {
+		r.OldObject = toService(t, req.OldObject)
+	}
+	for _, c := range req.Classes {
+		r.Classes = append(r.Classes, *toClass(t, c))
+	}
+	switch why := parking.Decide(r); {
+	case why == parking.NamesAClaim:
+		return policycel.ParkClaimedPolicy
+	case strings.HasPrefix(why, parking.AutoClaimedFrom+"/"):
+		return policycel.ParkAutoClaimedPolicy + strings.TrimPrefix(why, parking.AutoClaimedFrom)
+	case why == "":
+		return ""
+	default:
+		t.Fatalf("parking.Decide gave %q", why)
+		return ""
+	}
+}
+
 func toClass(t *testing.T, obj map[string]any) *ipamv1.IPAddressClass {
 	t.Helper()
 	var c ipamv1.IPAddressClass
@@ -71,10 +95,14 @@ func toClass(t *testing.T, obj map[string]any) *ipamv1.IPAddressClass {
 	return &c
 }
 
-// The chart's parking policies (evaluated offline with the apiserver's CEL compiler) and
-// policycel's plain-Go model both decide as the core's own auto-claim rules do, over a seeded
+// The chart's parking policies (evaluated offline with the apiserver's CEL compiler), policycel's
+// plain-Go model and the driver's parking webhook (which parks below Kubernetes 1.36) all decide
+// as the core's own auto-claim rules do, over a seeded
 // sample of generated Service writes and classes; the constants are the core's.
 func TestParkingAgreesWithTheCore(t *testing.T) {
+	if policycel.Provisioner != parking.Provisioner {
+		t.Fatalf("policycel's provisioner %q, the webhook's %q", policycel.Provisioner, parking.Provisioner)
+	}
 	if policycel.ParkingPool != autoclaim.ParkingPool || policycel.ParkingAnnotation != autoclaim.ParkingAnnotation ||
 		policycel.AnnotationServiceClaim != ipamv1.AnnotationServiceClaim || policycel.AnnotationServiceClass != ipamv1.AnnotationServiceClass ||
 		policycel.AnnotationAutoClaim != ipamv1.AnnotationAutoClaim || policycel.AnnotationAutoClaimClass != ipamv1.AnnotationAutoClaimClass ||
@@ -96,6 +124,9 @@ func TestParkingAgreesWithTheCore(t *testing.T) {
 		want := coreSays(t, req)
 		if got := policycel.ParkingRule(req); got != want {
 			t.Fatalf("policycel.ParkingRule says %q, the core's rules %q\nold %v\nnew %v\nclasses %v", got, want, req.OldObject, req.Object, req.Classes)
+		}
+		if got := webhookSays(t, req); got != want {
+			t.Fatalf("the parking webhook (parking.Decide) says %q, the core's rules %q\nold %v\nnew %v\nclasses %v", got, want, req.OldObject, req.Object, req.Classes)
 		}
 		res, err := p.Evaluate(req)
 		if err != nil {

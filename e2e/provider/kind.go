@@ -50,7 +50,8 @@ var ErrUnavailable = errors.New("provider unavailable")
 // with the project's image tool and loaded into the nodes, MetalLB is installed from the chart
 // its Go module ships (the binary cache's metallb component), and both Cozystack packages are
 // installed as the platform installs them: the wrapper charts of packages/ with Package values,
-// under the release names and namespaces of their PackageSources. Components restart through
+// under the release names and namespaces of their PackageSources, as Cozystack's operator and Flux's
+// helm-controller install them (kindpackages.go). Components restart through
 // pod deletion (Restart) and stop through a scale to zero (StopComponent). Features that read
 // the local control plane's files (the apiserver audit log, metrics endpoints on loopback) have
 // no kind counterpart here; those checks run only on the local provider (e2e/README.md).
@@ -91,35 +92,58 @@ type PackageUpgrader interface {
 	UpgradePackage(ctx context.Context, component string, values map[string]any) error
 }
 
-// UpgradePackage applies the component's package again with values merged over the chart's
-// Package values it was installed with (the image, the pull policy).
+// PackageManager is a cluster whose components are Cozystack packages that a test may upgrade to
+// another chart, remove and install again, as the operator and Flux would.
+type PackageManager interface {
+	PackageUpgrader
+	// ApplyPackage installs or upgrades the component's package from the wrapper chart in
+	// chartDir ("" for the one it was first installed from), with values merged over its Package
+	// values.
+	ApplyPackage(ctx context.Context, component, chartDir string, values map[string]any) error
+	// RemovePackage uninstalls the component's package and waits until its objects are gone.
+	RemovePackage(ctx context.Context, component string) error
+	// Packages are the packages as first installed.
+	Packages() []PackageInstall
+}
+
+// UpgradePackage applies the component's package again with values merged over the Package values
+// it was installed with (the image, the pull policy).
 func (c *kindCluster) UpgradePackage(ctx context.Context, component string, values map[string]any) error {
-	for _, in := range c.packages {
-		if in.Component != component {
-			continue
-		}
-		ch, err := charts.Load(in.ChartDir)
-		if err != nil {
-			return err
-		}
-		merged := map[string]any{}
-		for k, v := range in.Values {
-			merged[k] = v
-		}
-		sub := map[string]any{}
-		if base, ok := in.Values[component].(map[string]any); ok {
-			for k, v := range base {
-				sub[k] = v
-			}
-		}
-		for k, v := range values {
-			sub[k] = v
-		}
-		merged[component] = sub
-		_, err = charts.Apply(ctx, c.kubeconfig, in.Namespace, in.ReleaseName, ch, merged)
+	return c.ApplyPackage(ctx, component, "", values)
+}
+
+func (c *kindCluster) ApplyPackage(ctx context.Context, component, chartDir string, values map[string]any) error {
+	in, err := c.packageOf(component)
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("no package %q installed", component)
+	if chartDir != "" {
+		in.ChartDir = chartDir
+	}
+	cs, err := kubernetes.NewForConfig(c.config)
+	if err != nil {
+		return err
+	}
+	return installPackage(ctx, cs, c.kubeconfig, in, values)
+}
+
+func (c *kindCluster) RemovePackage(_ context.Context, component string) error {
+	in, err := c.packageOf(component)
+	if err != nil {
+		return err
+	}
+	return charts.UninstallWith(c.kubeconfig, in.Namespace, in.ReleaseName, true)
+}
+
+func (c *kindCluster) Packages() []PackageInstall { return slices.Clone(c.packages) }
+
+func (c *kindCluster) packageOf(component string) (PackageInstall, error) {
+	for _, in := range c.packages {
+		if in.Component == component {
+			return in, nil
+		}
+	}
+	return PackageInstall{}, fmt.Errorf("no package %q installed", component)
 }
 
 func (c *kindCluster) Kubeconfig() string   { return c.kubeconfig }
@@ -396,11 +420,21 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	if err := waitNodesReady(ctx, cs, 3*time.Minute); err != nil {
 		return nil, err
 	}
+	// The namespaces: the tenants' as the sandbox has them; MetalLB's as the operator applies it
+	// for the cozystack.metallb package (privileged, for the speaker); the project's when their
+	// packages are installed below.
 	for _, ns := range sandbox.Namespaces {
+		if strings.HasPrefix(ns.Name, "cozy-") {
+			continue
+		}
 		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels}}
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := cs.CoreV1().Namespaces().Apply(ctx, OperatorNamespace(MetalLBNamespace, true),
+		metav1.ApplyOptions{FieldManager: OperatorFieldManager, Force: true}); err != nil {
+		return nil, err
 	}
 	// MetalLB, from the chart in its Go module, into cozy-metallb as on Cozystack.
 	chartDir, err := binaries.MetalLB.Path("chart")
@@ -444,12 +478,8 @@ func (Kind) Start(ctx context.Context) (Cluster, error) {
 	}
 	kc.packages = plan
 	for _, in := range plan {
-		ch, err := charts.Load(in.ChartDir)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := charts.Apply(ctx, kc.kubeconfig, in.Namespace, in.ReleaseName, ch, in.Values); err != nil {
-			return nil, fmt.Errorf("installing the %s package: %w", in.Component, err)
+		if err := installPackage(ctx, cs, kc.kubeconfig, in, nil); err != nil {
+			return nil, fmt.Errorf("installing: %w", err)
 		}
 	}
 	for _, d := range [][2]string{{"cozy-metallb", "metallb-controller"}, {"cozy-address-controller", "address-controller"}, {"cozy-metallb-iad", "metallb-iad"}} {

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/cozystack/reserved-ips/tools/controlplane"
 )
 
 const (
@@ -144,6 +146,13 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 		for _, r := range l.APIResources {
 			served[l.GroupVersion+"/"+r.Kind] = true
 		}
+	}
+	if !served["admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"] {
+		// Below 1.36 the chart parks through the driver's webhook instead (its test on a real
+		// apiserver is metallb-iad's TestParkingWebhookOnARealAPIServer): the install renders
+		// the webhook's configuration and none of the policies.
+		parkingBelow136(t, cp)
+		return
 	}
 	for _, k := range ServedKinds {
 		if !served[k] {
@@ -330,3 +339,34 @@ func TestParkingPoliciesOnTheAPIServer(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// parkingBelow136: on an apiserver without MutatingAdmissionPolicy, Helm's install renders the
+// parking webhook and no parking policy, and the apiserver takes the webhook's configuration.
+func parkingBelow136(t *testing.T, cp *controlplane.ControlPlane) {
+	ctx := context.Background()
+	if err := cp.InstallCRDs(ctx, filepath.Join(Dir(root, "address-controller"), "files", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "cozy-metallb-iad"
+	for _, n := range []string{ns, cp.MetalLBNamespace} {
+		if err := cp.EnsureNamespace(ctx, n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(Dir(root, "metallb-iad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := Apply(ctx, cp.Kubeconfig, ns, "metallb-iad", c, map[string]any{"deploy": false, "metallbNamespace": cp.MetalLBNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range parkingPolicies {
+		if strings.Contains(rel.Manifest, "name: "+name) {
+			t.Errorf("helm install rendered %s on an apiserver without MutatingAdmissionPolicy", name)
+		}
+	}
+	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "metallb-iad-parking", metav1.GetOptions{}); err != nil {
+		t.Errorf("the parking webhook's configuration is not installed: %v", err)
+	}
+}

@@ -88,12 +88,18 @@ func installChart(ctx context.Context, s *Sandbox, c Controller) error {
 	if err != nil {
 		return err
 	}
+	_, err = charts.Apply(ctx, s.Kubeconfig, c.Namespace, c.Name, ch, chartValues(c))
+	return err
+}
+
+// chartValues are the values the sandbox installs c's chart with: deploy is always false (the
+// sandbox runs the controller as a local process).
+func chartValues(c Controller) map[string]any {
 	values := map[string]any{"deploy": false}
 	for k, v := range c.Values {
 		values[k] = v
 	}
-	_, err = charts.Apply(ctx, s.Kubeconfig, c.Namespace, c.Name, ch, values)
-	return err
+	return values
 }
 
 // chartEnv is the environment the chart's Deployment gives the controller by default (its

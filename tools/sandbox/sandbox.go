@@ -126,6 +126,16 @@ type Sandbox struct {
 	parkingWebhookPort int
 }
 
+// DriverChartValues are the values the sandbox installed the metallb-iad chart with, for a test
+// that upgrades the release with values of its own merged over them.
+func (s *Sandbox) DriverChartValues(ctx context.Context) (map[string]any, error) {
+	c, err := s.driver(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return chartValues(c), nil
+}
+
 // driver is MetalLBIAD as this sandbox runs it. Where the apiserver serves no
 // MutatingAdmissionPolicy (Kubernetes before 1.36) the chart parks Services through the driver's
 // webhook: the driver runs outside the cluster here, so the webhook listens on a loopback port and
