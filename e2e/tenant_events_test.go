@@ -177,13 +177,14 @@ func TestTenantEventsNameNoOtherTenant(t *testing.T) {
 			})
 			waitHeld(ctx, t, c, keptAddr, ip)
 
-			// Tenant B names tenant A's addresses in claims of its own: AddressUnusable.
+			// Tenant B names tenant A's addresses in claims of its own: AddressNotFound, as for an
+			// address that does not exist.
 			for name, addr := range map[string]string{"grab-bound": keptAddr, "grab-released": leftAddr} {
 				if err := c.Create(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: name},
 					Spec: ipamv1.IPAddressClaimSpec{AddressName: addr, Family: ipamv1.IPv4}}); err != nil {
 					t.Fatal(err)
 				}
-				waitServiceEvent(ctx, t, c, nsB, name, ipamv1.ReasonAddressUnusable)
+				waitServiceEvent(ctx, t, c, nsB, name, ipamv1.ReasonAddressNotFound)
 			}
 
 			// A Service in tenant B's namespace requests tenant A's address (an admin's pin; the
@@ -246,7 +247,7 @@ func TestTenantEventsNameNoOtherTenant(t *testing.T) {
 
 			read := noOtherTenantNamed(ctx, t, c, nsA, nsB)
 			// The check read what it should: tenant B's view role shows every Warning above.
-			for obj, reason := range map[string]string{"grab-bound": ipamv1.ReasonAddressUnusable, "grab-released": ipamv1.ReasonAddressUnusable,
+			for obj, reason := range map[string]string{"grab-bound": ipamv1.ReasonAddressNotFound, "grab-released": ipamv1.ReasonAddressNotFound,
 				"pinner": "ReservedAddressRequested", "extip": "ReservedAddressConflict", "second": "ClaimInUse", "intruder": "ReservedAddressConflict"} {
 				if !read[nsB].reasons(obj)[reason] {
 					t.Errorf("tenant %s does not read %s about %s: %v", nsB, reason, obj, read[nsB].reasons(obj))
@@ -254,8 +255,8 @@ func TestTenantEventsNameNoOtherTenant(t *testing.T) {
 			}
 			for _, cl := range read[nsB].claims {
 				if cond := meta.FindStatusCondition(cl.Status.Conditions, ipamv1.ConditionBound); cl.Spec.AddressName != "" &&
-					(cond == nil || cond.Reason != ipamv1.ReasonAddressUnusable) {
-					t.Errorf("claim %s/%s: %+v, want AddressUnusable", nsB, cl.Name, cond)
+					(cond == nil || cond.Reason != ipamv1.ReasonAddressNotFound) {
+					t.Errorf("claim %s/%s: %+v, want AddressNotFound", nsB, cl.Name, cond)
 				}
 			}
 			return ctx

@@ -53,6 +53,15 @@ type IPAddressClassSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	MaxAddressesPerNamespace *int32 `json:"maxAddressesPerNamespace,omitempty"`
 
+	// namespaceSelector, when set, chooses by their labels the namespaces whose claims may take
+	// addresses of this class (the label kubernetes.io/metadata.name selects namespaces by
+	// name). A claim of any other namespace stays Pending with reason NamespaceNotAllowed: it
+	// binds nothing and asks no driver. Changing the selector takes no address away. Unset:
+	// every namespace may claim, unless the class's driver reports that its backend serves only
+	// some of them (status.servedNamespaces); an empty selector ({}) matches every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
 	// parameters are passed to the driver, which documents them (the MetalLB driver reads
 	// "pool"). The core does not interpret them.
 	// +optional
@@ -66,6 +75,38 @@ type IPAddressClassStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// families are the IP families the class's driver can provision and serve, as it reports
+	// them together with Accepted (the MetalLB driver: the families of its pool's addresses that
+	// the cluster's Services can have). A claim asking for a family not listed stays Pending with
+	// reason FamilyNotServed and is given nothing, not even its other family. Empty: the driver
+	// reports none, and claims of every family are tried.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:XValidation:rule="self.all(f, f == 'IPv4' || f == 'IPv6')",message="families lists IPv4 and IPv6 only"
+	Families []IPFamily `json:"families,omitempty"`
+
+	// servedNamespaces, when the class's driver sets it, are the only namespaces its backend
+	// serves addresses of this class to (the MetalLB driver copies them from its pool's
+	// spec.serviceAllocation). Claims of other namespaces are refused as spec.namespaceSelector
+	// refuses them. Unset: the backend serves every namespace.
+	// +optional
+	ServedNamespaces *NamespaceSet `json:"servedNamespaces,omitempty"`
+}
+
+// NamespaceSet is a set of namespaces: those it names and those any of its selectors matches. An
+// empty set holds no namespace.
+type NamespaceSet struct {
+	// names lists namespaces by name.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	Names []string `json:"names,omitempty"`
+	// selectors match namespaces by their labels.
+	// +optional
+	// +listType=atomic
+	Selectors []metav1.LabelSelector `json:"selectors,omitempty"`
 }
 
 // IPAddressClass is a kind of IP address tenants can claim, and the driver that provisions it.
@@ -76,6 +117,7 @@ type IPAddressClassStatus struct {
 // +kubebuilder:printcolumn:name="Reclaim",type=string,JSONPath=`.spec.reclaimPolicy`
 // +kubebuilder:printcolumn:name="Release-Delay",type=string,JSONPath=`.spec.releaseDelay`
 // +kubebuilder:printcolumn:name="Max-Per-Namespace",type=integer,JSONPath=`.spec.maxAddressesPerNamespace`,priority=1
+// +kubebuilder:printcolumn:name="Families",type=string,JSONPath=`.status.families`,priority=1
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPAddressClass struct {

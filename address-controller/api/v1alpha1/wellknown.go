@@ -71,4 +71,10 @@ const (
 	// ReasonAddressLimitReached: the claim's namespace holds as many addresses of the class as
 	// its maxAddressesPerNamespace allows.
 	ReasonAddressLimitReached = "AddressLimitReached"
+	// ReasonNamespaceNotAllowed: the class's namespaceSelector, or the namespaces its driver's
+	// backend serves (status.servedNamespaces), leave the claim's namespace out.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonFamilyNotServed: the claim asks for a family its class's driver does not serve
+	// (status.families).
+	ReasonFamilyNotServed = "FamilyNotServed"
 )

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/claimcache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 )
 
@@ -82,12 +84,19 @@ func (r *ClaimReconciler) bindMemory() *bindMemory {
 // provisioner annotation, one patch), the binds, the addresses' claimRefs, then the status.
 // Every write is guarded by the resourceVersion it was decided on.
 func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClaim, p claimPass) (reconcile.Result, error) {
-	if p.finalizer || p.stamp != "" {
+	if p.finalizer || p.stamp != "" || p.unstamp {
+		if err := r.untrimmed(ctx, claim); err != nil {
+			return reconcile.Result{}, err
+		}
 		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(claim, ipamv1.FinalizerClaim)
 		if p.stamp != "" {
 			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationProvisioner, p.stamp)
 			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationResolvedClass, p.stampClass)
+		}
+		if p.unstamp {
+			delete(claim.Annotations, ipamv1.AnnotationProvisioner)
+			delete(claim.Annotations, ipamv1.AnnotationResolvedClass)
 		}
 		if err := r.Client.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, err
@@ -144,6 +153,25 @@ func (r *ClaimReconciler) apply(ctx context.Context, claim *ipamv1.IPAddressClai
 		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// untrimmed replaces a cached claim that leaves others' finalizers out (claimcache.Trimmed) with
+// the apiserver's copy, so that a patch of its finalizer list keeps them; a copy that changed
+// since the pass read it is a conflict, and the pass decides again.
+func (r *ClaimReconciler) untrimmed(ctx context.Context, claim *ipamv1.IPAddressClaim) error {
+	if !claimcache.Trimmed(claim) {
+		return nil
+	}
+	var fresh ipamv1.IPAddressClaim
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil {
+		return err
+	}
+	if fresh.ResourceVersion != claim.ResourceVersion {
+		return apierrors.NewConflict(ipamv1.GroupVersion.WithResource("ipaddressclaims").GroupResource(), claim.Name,
+			errors.New("the claim changed since the pass read it"))
+	}
+	*claim = fresh
+	return nil
 }
 
 // raceRetry is how soon a pass that lost a race for an address decides again.

@@ -71,8 +71,30 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress),
 			builder.WithPredicates(addressChangedForClaims())).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
+		// A namespace's labels decide which classes serve its claims (namespaceSelector).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingClaimsOf),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(event.CreateEvent) bool { return false },
+				DeleteFunc: func(event.DeleteEvent) bool { return false },
+			}, predicate.LabelChangedPredicate{})).
 		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
+}
+
+// waitingClaimsOf maps a namespace to its claims that are not Bound.
+func (r *ClaimReconciler) waitingClaimsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var claims ipamv1.IPAddressClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "listing the claims of a namespace", "namespace", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range claims.Items {
+		if c := &claims.Items[i]; mayBind(c) && c.DeletionTimestamp == nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+		}
+	}
+	return reqs
 }
 
 // addressChangedForClaims passes the address events a claim decides on: creation, deletion,
@@ -259,5 +281,10 @@ func (r *ClaimReconciler) finalize(ctx context.Context, claim *ipamv1.IPAddressC
 			"deleted IPAddress %s (%s): the claim is gone and the address is not retained", a.Name, a.Spec.Address)
 	}
 	r.announcer().Forget(client.ObjectKeyFromObject(claim))
+	if controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerClaim) {
+		if err := r.untrimmed(ctx, claim); err != nil {
+			return err
+		}
+	}
 	return removeFinalizer(ctx, r.Client, claim, ipamv1.FinalizerClaim)
 }

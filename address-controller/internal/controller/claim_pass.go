@@ -40,6 +40,9 @@ type claimPass struct {
 	// stamp is the driver to ask for an address ("" when none is asked for now), and
 	// stampClass the class it provisions from (AnnotationResolvedClass).
 	stamp, stampClass string
+	// unstamp: the class refuses the claim (refusesClaim) and the claim carries a stamp, which
+	// goes, so that no driver provisions for it.
+	unstamp bool
 	// status is the claim's status as it should be if no bind happens; statusChanges says it
 	// differs from the claim's.
 	status        ipamv1.IPAddressClaimStatus
@@ -52,7 +55,7 @@ type claimPass struct {
 }
 
 // block turns the pass into one that asks for nothing, binds nothing and stamps nothing, and
-// whose status says w: the claim's namespace is at its class's limit.
+// whose status says w: the claim's namespace is at its class's limit, or the class refuses it.
 func (p *claimPass) block(claim *ipamv1.IPAddressClaim, w *waiting) {
 	p.plans, p.stamp, p.stampClass, p.limit, p.quietFor = nil, "", "", nil, 0
 	p.wait = w
@@ -67,7 +70,7 @@ func (p *claimPass) binds() bool {
 
 // writes reports whether applying the pass writes anything.
 func (p *claimPass) writes() bool {
-	return p.finalizer || p.stamp != "" || p.statusChanges || len(p.sorted.needUID) > 0 || len(p.sorted.surplus) > 0 || p.binds()
+	return p.finalizer || p.stamp != "" || p.unstamp || p.statusChanges || len(p.sorted.needUID) > 0 || len(p.sorted.surplus) > 0 || p.binds()
 }
 
 // decide reads what one pass needs (from the cache, apart from the claim and its addresses,
@@ -94,6 +97,17 @@ func (r *ClaimReconciler) decide(ctx context.Context, claim *ipamv1.IPAddressCla
 			p.className = plan.class
 		}
 		w := plan.wait
+		if refusesClaim(w) {
+			// The class refuses the claim itself (its namespace, or a family it does not serve):
+			// no family binds or asks a driver, and a stamp made before goes. The class is not
+			// recorded: the claim resolves afresh once a class serves it (a new default class).
+			p.className = claim.Status.ClassName
+			p.block(claim, w)
+			_, stamped := claim.Annotations[ipamv1.AnnotationProvisioner]
+			_, resolved := claim.Annotations[ipamv1.AnnotationResolvedClass]
+			p.unstamp = stamped || resolved
+			return p, nil
+		}
 		if len(plan.candidates) > 0 || w == nil && plan.provisioner != "" {
 			class = plan.classObj
 			asking++
@@ -175,9 +189,28 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 		named = &ipamv1.IPAddress{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.AddressName}, named); err != nil {
 			if apierrors.IsNotFound(err) {
-				return familyPlan{wait: &waiting{ipamv1.ReasonAddressNotFound,
-					fmt.Sprintf("IPAddress %s does not exist; create it, or recreate the claim without addressName", claim.Spec.AddressName)}}, nil
+				return familyPlan{wait: addressNotFound(claim.Spec.AddressName)}, nil
 			}
+			return familyPlan{}, err
+		}
+		if reservedElsewhere(claim, named) {
+			// Nothing of it is revealed, its class included: to this claim's tenant it is an
+			// address that does not exist (docs/design.md#what-a-tenant-reads-names-no-other-tenant).
+			return familyPlan{wait: addressNotFound(claim.Spec.AddressName)}, nil
+		}
+	}
+	labels, err := r.namespaceLabels(ctx, claim.Namespace)
+	if err != nil {
+		return familyPlan{}, err
+	}
+	if named != nil && named.Spec.ClaimRef == nil {
+		// An Available address of a class this namespace may not use is not this tenant's to
+		// see either.
+		var of ipamv1.IPAddressClass
+		switch err := r.Client.Get(ctx, types.NamespacedName{Name: named.Spec.ClassName}, &of); {
+		case err == nil && namespaceRefusal(&of, claim.Namespace, labels) != "":
+			return familyPlan{wait: addressNotFound(claim.Spec.AddressName)}, nil
+		case err != nil && !apierrors.IsNotFound(err):
 			return familyPlan{}, err
 		}
 	}
@@ -186,9 +219,17 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 		return familyPlan{wait: w}, err
 	}
 	plan := familyPlan{class: class.Name, classObj: class}
+	if why := namespaceRefusal(class, claim.Namespace, labels); why != "" {
+		plan.wait = &waiting{ipamv1.ReasonNamespaceNotAllowed, why}
+		return plan, nil
+	}
 	if cond := meta.FindStatusCondition(class.Status.Conditions, ipamv1.ConditionAccepted); cond != nil && cond.Status == metav1.ConditionFalse {
 		plan.wait = &waiting{ipamv1.ReasonClassNotAccepted,
 			fmt.Sprintf("class %s is not accepted by its driver (%s: %s)", class.Name, cond.Reason, cond.Message)}
+		return plan, nil
+	}
+	if w := familyRefusal(claim, class); w != nil {
+		plan.wait = w
 		return plan, nil
 	}
 	if named != nil {
@@ -218,6 +259,9 @@ func (r *ClaimReconciler) planFamily(ctx context.Context, claim *ipamv1.IPAddres
 
 // checkNamedAddress says why the address a claim names cannot be bound to it, or nil.
 func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class string, fam ipamv1.IPFamily) *waiting {
+	if reservedElsewhere(claim, a) {
+		return addressNotFound(a.Name)
+	}
 	if got, _ := addressFamily(a); got != fam {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is %s but the claim requests %s", a.Name, got, fam)}
 	}
@@ -226,12 +270,6 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 	}
 	if a.DeletionTimestamp != nil {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is being deleted", a.Name)}
-	}
-	if ref := a.Spec.ClaimRef; ref != nil && ref.Namespace != claim.Namespace {
-		// The tenant reads this (condition and Warning): it says the address is taken, never by
-		// whom; the address's claimRef tells an admin (docs/design.md).
-		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf(
-			"IPAddress %s is reserved for a claim of another namespace; name another address, or recreate the claim without addressName", a.Name)}
 	}
 	if ref := a.Spec.ClaimRef; ref != nil && ref.Name != claim.Name {
 		return &waiting{ipamv1.ReasonAddressUnusable, fmt.Sprintf("IPAddress %s is bound to claim %s/%s", a.Name, ref.Namespace, ref.Name)}
@@ -242,6 +280,31 @@ func checkNamedAddress(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress, class 
 			a.Name, claim.Namespace, claim.Name)}
 	}
 	return nil
+}
+
+// addressNotFound is what a claim naming an address it cannot see reads: the address does not
+// exist, or it is reserved for another namespace, or it is of a class the claim's namespace may
+// not use. The three read alike, so that naming addresses one by one tells a tenant nothing about
+// the addresses of others.
+func addressNotFound(name string) *waiting {
+	return &waiting{ipamv1.ReasonAddressNotFound, fmt.Sprintf(
+		"IPAddress %s does not exist or is not available to claims of this namespace; name another address, or recreate the claim without addressName", name)}
+}
+
+// reservedElsewhere: the address's claimRef names another namespace (Bound, Released, or set
+// aside by an admin for a claim there): none of its facts is the claim's tenant's to read.
+func reservedElsewhere(claim *ipamv1.IPAddressClaim, a *ipamv1.IPAddress) bool {
+	ref := a.Spec.ClaimRef
+	return ref != nil && ref.Namespace != claim.Namespace
+}
+
+// namespaceLabels are the labels of a namespace, from the cache (none when it is not there).
+func (r *ClaimReconciler) namespaceLabels(ctx context.Context, name string) (map[string]string, error) {
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return ns.Labels, nil
 }
 
 // resolveClass finds the claim's class: spec.className, else the sticky status.className, else

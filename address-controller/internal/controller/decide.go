@@ -469,6 +469,49 @@ func decideLimit(claim *ipamv1.IPAddressClaim, ask *limitAsk, addrs []ipamv1.IPA
 		claim.Namespace, ask.max, ask.class)}
 }
 
+// namespaceRefusal says why a class serves no claim of the namespace ("" when it serves them):
+// its namespaceSelector does not match the namespace's labels, or its driver reports that the
+// backend serves only other namespaces (driverkit.RefusesNamespace).
+func namespaceRefusal(class *ipamv1.IPAddressClass, namespace string, nsLabels map[string]string) string {
+	const ask = "use a class offered to this namespace (ask an admin which), and recreate the claim with it"
+	switch driverkit.RefusesNamespace(class, namespace, nsLabels) {
+	case driverkit.RefusedBySelector:
+		return fmt.Sprintf("class %s serves only the namespaces its namespaceSelector matches, and not %s; %s", class.Name, namespace, ask)
+	case driverkit.RefusedByInvalidSelector:
+		return fmt.Sprintf("class %s has a namespaceSelector that cannot be parsed, so it serves no namespace; an admin fixes the class, or %s", class.Name, ask)
+	case driverkit.RefusedByDriver:
+		return fmt.Sprintf("the driver of class %s serves its addresses only to some namespaces (the pool's own restriction), and not to %s; %s", class.Name, namespace, ask)
+	}
+	return ""
+}
+
+// familyRefusal says why a claim gets nothing of its class (nil when it may): the class's driver
+// reports the families it serves (status.families), and the claim asks for one it does not. The
+// whole claim waits, its other family included: a Dual claim half served would hold an address
+// for a claim that can never be Bound.
+func familyRefusal(claim *ipamv1.IPAddressClaim, class *ipamv1.IPAddressClass) *waiting {
+	unserved := driverkit.UnservedFamilies(class, claim)
+	if len(unserved) == 0 {
+		return nil
+	}
+	join := func(fs []ipamv1.IPFamily) string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, string(f))
+		}
+		return strings.Join(out, " and ")
+	}
+	return &waiting{ipamv1.ReasonFamilyNotServed, fmt.Sprintf(
+		"class %s serves %s addresses only, and this claim asks for %s (family %s); recreate the claim with a family the class serves, or use a class that serves %s",
+		class.Name, join(class.Status.Families), join(unserved), cmp.Or(claim.Spec.Family, ipamv1.IPv4), join(unserved))}
+}
+
+// refusesClaim: the reason is a refusal of the claim itself by its class (its namespace or its
+// family), not a wait: the core takes back its stamp, so that no driver provisions for it.
+func refusesClaim(w *waiting) bool {
+	return w != nil && (w.reason == ipamv1.ReasonNamespaceNotAllowed || w.reason == ipamv1.ReasonFamilyNotServed)
+}
+
 // Bounds of the re-check of an object left waiting
 // (docs/design.md#nothing-waits-on-an-event-alone): a lost event or a stalled apiserver delays it
 // at most this much.

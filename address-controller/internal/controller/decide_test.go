@@ -489,15 +489,19 @@ func TestBindableBy(t *testing.T) {
 			t.Errorf("%s: bindableBy %v, want %v", tc.name, got, tc.want)
 		}
 		w := checkNamedAddress(claim, &a, "", ipamv1.IPv4)
-		if (w == nil) != tc.want || w != nil && w.reason != ipamv1.ReasonAddressUnusable {
+		wantReason := ipamv1.ReasonAddressUnusable
+		if tc.ref != nil && tc.ref.Namespace != claim.Namespace {
+			wantReason = ipamv1.ReasonAddressNotFound // another namespace's address is not shown
+		}
+		if (w == nil) != tc.want || w != nil && w.reason != wantReason {
 			t.Errorf("%s: checkNamedAddress %+v, want usable %v", tc.name, w, tc.want)
 		}
 	}
 }
 
-// Issue 31 item 3: a claim's condition and Warning are the tenant's to read. A named address
-// bound to a claim of another namespace is said to be taken, never by whom; a claim of the
-// claim's own namespace may be named.
+// A claim's condition and Warning are the tenant's to read. A named address reserved for a claim
+// of another namespace reads as an address that does not exist (neither who holds it nor that
+// anyone does); a claim of the claim's own namespace may be named.
 func TestNamedAddressMessageNamesNoOtherNamespace(t *testing.T) {
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-b", Name: "grab", UID: "new"}}
 	for _, tc := range []struct {
@@ -512,8 +516,15 @@ func TestNamedAddressMessageNamesNoOtherNamespace(t *testing.T) {
 	} {
 		a := addr("ip-203-0-113-1", "203.0.113.1", t0, tc.ref)
 		w := checkNamedAddress(claim, &a, "", ipamv1.IPv4)
-		if w == nil || w.reason != ipamv1.ReasonAddressUnusable {
-			t.Fatalf("%s: %+v, want AddressUnusable", tc.name, w)
+		want := ipamv1.ReasonAddressUnusable
+		if tc.ref.Namespace != claim.Namespace {
+			want = ipamv1.ReasonAddressNotFound
+			if *w != *addressNotFound(a.Name) {
+				t.Errorf("%s: %q, want what a missing address reads", tc.name, w.message)
+			}
+		}
+		if w == nil || w.reason != want {
+			t.Fatalf("%s: %+v, want %s", tc.name, w, want)
 		}
 		if tc.ref.Namespace != claim.Namespace && (strings.Contains(w.message, tc.ref.Namespace) || strings.Contains(w.message, tc.ref.Name)) {
 			t.Errorf("%s: the message names the other namespace's claim: %q", tc.name, w.message)

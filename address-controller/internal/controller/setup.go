@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -15,21 +16,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/claimcache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 )
 
 // CacheByObject is what the core's cache keeps of each kind it treats specially: Services trimmed
 // to what auto-claim reads, and none that a driver marks as its own (LabelDriverService): the
-// core never acts on those, and a driver may keep one per reserved address.
+// core never acts on those, and a driver may keep one per reserved address; namespaces, their
+// names and labels only (a class's namespaceSelector matches the labels); claims reduced to what
+// the controllers read (claimcache).
 func CacheByObject() map[client.Object]cache.ByObject {
 	notDriver, err := labels.NewRequirement(ipamv1.LabelDriverService, selection.DoesNotExist, nil)
 	if err != nil {
 		panic(err) // a constant key: only a typo gets here
 	}
 	return map[client.Object]cache.ByObject{
-		&corev1.Service{}: {Label: labels.NewSelector().Add(*notDriver), Transform: servicecache.Strip},
+		&corev1.Service{}:   {Label: labels.NewSelector().Add(*notDriver), Transform: servicecache.Strip},
+		&corev1.Namespace{}: {Transform: stripNamespace},
+		// Claims are a tenant's to write: only what the core reads is kept.
+		&ipamv1.IPAddressClaim{}: {Transform: claimcache.Strip},
 	}
+}
+
+// stripNamespace keeps of a namespace what the core reads: its identity and labels.
+func stripNamespace(obj any) (any, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: ns.Name, UID: ns.UID, ResourceVersion: ns.ResourceVersion, Labels: ns.Labels,
+		CreationTimestamp: ns.CreationTimestamp, DeletionTimestamp: ns.DeletionTimestamp,
+	}}, nil
 }
 
 // Options tunes the controllers.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +66,11 @@ var (
 		RegisterIndexes: true,
 	}
 )
+
+// coreReader is the running core's cache (replaced when a test restarts the core).
+var coreReader atomic.Value // cache.Cache
+
+func coreCache() cache.Cache { return coreReader.Load().(cache.Cache) }
 
 type runningManager struct {
 	cancel context.CancelFunc
@@ -181,6 +187,7 @@ func userConfig(cfg *rest.Config, name string) *rest.Config {
 func startCore(cfg *rest.Config) (*runningManager, error) {
 	return startManager(cfg, func(ctx context.Context, mgr ctrl.Manager) error {
 		coreMetrics = NewMetrics(mgr.GetCache())
+		coreReader.Store(mgr.GetCache())
 		return Setup(ctx, mgr, Options{Workers: 4, Metrics: coreMetrics, QuietWait: suiteQuietWait})
 	})
 }
@@ -231,7 +238,7 @@ func frozenClient(t *testing.T) client.Client {
 	if err := registerIndexes(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}, &corev1.Service{}} {
+	for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}, &ipamv1.IPAddressClass{}, &corev1.Service{}, &corev1.Namespace{}} {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			t.Fatal(err)
 		}

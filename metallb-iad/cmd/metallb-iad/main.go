@@ -34,6 +34,7 @@ func main() {
 		nudge     = flag.Duration("nudge-after", 3*time.Second, "how long a placeholder waits for MetalLB before it is touched to make MetalLB retry")
 		parking   = flag.Bool("parking", true, "park a LoadBalancer Service that names a claim, or that auto-claim will serve from a class of this driver, until its claim's addresses are pinned (the chart's admissionPolicy.parking); false also takes the parking annotation off Services parked before")
 		notServed = flag.Duration("not-served-after", plan.DefaultNotServedAfter, "how long a Service the driver pinned to its claim's address may wait for MetalLB before the driver reports it (Held=False NotServed on the address, a Warning on the Service); 0 turns the report off")
+		window    = flag.Int("provisioning-window", plan.DefaultProvisioningWindow, "how many provisioning placeholders of one pool and family may wait for MetalLB at a time (never more than MetalLB counts free addresses in the pool, but at least one); claims beyond them wait their turn without a Service")
 		relAfter  = flag.Duration("release-after", plan.DefaultReleaseAfter, "how long a Service the driver pinned waits unserved before the driver releases the names MetalLB may keep its address under after a restart; 0 (the default) turns this off, because MetalLB merely slow to serve sets it off too (the release for a refused hold, which MetalLB names itself, is always on)")
 		wh        webhook.Options
 		whHosts   string
@@ -82,7 +83,7 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge,
-		ReleaseAfter: *relAfter, NotServedAfter: *notServed, NoParking: !*parking}
+		ReleaseAfter: *relAfter, NotServedAfter: *notServed, NoParking: !*parking, ProvisioningWindow: *window}
 	if *notServed <= 0 {
 		d.NotServedAfter = -1 // off
 	}

@@ -55,7 +55,7 @@ func (d *Driver) applyAddressPlan(ctx context.Context, a *ipamv1.IPAddress, p pl
 		}
 	}
 	if s := p.Nudge; s != nil {
-		if err := d.nudgeService(ctx, s); err != nil {
+		if err := d.nudgeService(ctx, s, ""); err != nil {
 			return err
 		}
 	}

@@ -425,7 +425,7 @@ func TestAnUnkeptPlaceholderOfAnAddressMissingFromTheCacheBecomesItsHold(t *test
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(stray), stray); err != nil {
 		t.Fatal(err)
 	}
-	as := plan.ProvisioningService(testDriverNS, stray.Name, c, ipamv1.IPv4, "keeps-b")
+	as := plan.ProvisioningService(testDriverNS, stray.Name, c, ipamv1.IPv4, "keeps-b", "")
 	patch := client.MergeFrom(stray.DeepCopy())
 	stray.Labels, stray.Annotations = as.Labels, as.Annotations
 	if err := admin.Patch(ctx, stray, patch); err != nil {

@@ -17,6 +17,9 @@ import (
 // since the view was read does not stop the rest of the plan (it touches only the placeholders
 // kept or new); refusedSince is then the creation of the oldest placeholder refused.
 func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p plan.ProvisionPlan) (refusedSince time.Time, err error) {
+	// The window's slots granted for this pass and not used go back, whatever happens below.
+	made := map[string]bool{}
+	defer func() { d.releaseSlots(v, p, made) }()
 	for _, h := range p.ToHold {
 		if err := d.makeHold(ctx, h); err != nil {
 			return refusedSince, err
@@ -39,6 +42,7 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return refusedSince, err
 		}
+		made[s.Name] = true
 		d.expect.Expect(placeholderKey(s.Labels[plan.LabelClaimUID], s.Labels[plan.LabelFamily]), s.Name, d.now())
 	}
 	for _, st := range p.Settle {
@@ -74,7 +78,7 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p
 		}
 	}
 	for _, s := range p.Nudge {
-		if err := d.nudgeService(ctx, s); err != nil {
+		if err := d.nudgeService(ctx, s, p.NudgeStamps[s.Name]); err != nil {
 			return refusedSince, err
 		}
 	}

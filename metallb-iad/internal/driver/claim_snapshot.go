@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
 func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName) (plan.ProvisionView, error) {
@@ -43,6 +45,14 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 			return v, err
 		}
 		v.Class = class
+		if class != nil && (class.Spec.NamespaceSelector != nil || class.Status.ServedNamespaces != nil) {
+			ns := &metav1.PartialObjectMetadata{}
+			ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+			if err := d.client.Get(ctx, types.NamespacedName{Name: key.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+				return v, err
+			}
+			v.NamespaceLabels = ns.Labels
+		}
 		var bound ipamv1.IPAddressList
 		if err := d.client.List(ctx, &bound, client.MatchingFields{index.AddressByClaim: v.ClaimKey}); err != nil {
 			return v, err
@@ -54,6 +64,9 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 	}
 	var err error
 	if v.FailedAt, _, err = d.allocationFailures(ctx, v.Placeholders, v.Now); err != nil {
+		return v, err
+	}
+	if err := d.poolWindow(ctx, &v); err != nil {
 		return v, err
 	}
 	// What each served placeholder's IP already is.
@@ -75,6 +88,60 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 		}
 	}
 	return v, nil
+}
+
+// poolWindow reads MetalLB's count of the class's pool (its status, from the cache) and asks the
+// provisioning window for a slot for each placeholder the pass would create (plan.CreatesFor).
+// The reconciler returns the slots its plan does not use (releaseSlots).
+func (d *Driver) poolWindow(ctx context.Context, v *plan.ProvisionView) error {
+	v.Pool, v.MayCreate = map[ipamv1.IPFamily]plan.PoolState{}, map[ipamv1.IPFamily]bool{}
+	if v.Claim == nil || v.Class == nil {
+		return nil
+	}
+	name := plan.ParseClassParams(v.Class).Pool
+	var pool *metallb.IPAddressPool
+	if name != "" {
+		pool = &metallb.IPAddressPool{}
+		if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: name}, pool); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			pool = nil
+		}
+	}
+	for _, fam := range v.Claim.Spec.Family.Families() {
+		v.Pool[fam] = plan.PoolStateOf(pool, fam)
+	}
+	for _, fam := range plan.CreatesFor(*v) {
+		v.MayCreate[fam] = d.window.grant(poolFamily{pool: name, fam: fam}, v.NextName[fam], v.Pool[fam])
+	}
+	return nil
+}
+
+// releaseSlots returns the window's slots the pass was granted and made no placeholder with,
+// and queues the claim for the families that got none (or takes it out of the queues).
+func (d *Driver) releaseSlots(v plan.ProvisionView, p plan.ProvisionPlan, made map[string]bool) {
+	key := types.NamespacedName{Namespace: "", Name: ""}
+	if ns, name, ok := splitKey(v.ClaimKey); ok {
+		key = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	if v.Claim == nil || v.Class == nil {
+		d.window.stopWaiting(key)
+		return
+	}
+	pool := plan.ParseClassParams(v.Class).Pool
+	for fam, granted := range v.MayCreate {
+		if granted && !made[v.NextName[fam]] {
+			d.window.cancel(poolFamily{pool: pool, fam: fam}, v.NextName[fam])
+		}
+	}
+	if len(p.WaitForSlot) == 0 {
+		d.window.stopWaiting(key)
+		return
+	}
+	for _, fam := range p.WaitForSlot {
+		d.window.wait(poolFamily{pool: pool, fam: fam}, key, v.Claim.CreationTimestamp.Time)
+	}
 }
 
 // confirmExpected completes the cache's view with this driver's own recent writes: an address or

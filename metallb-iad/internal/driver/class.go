@@ -2,8 +2,11 @@ package driver
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -54,7 +58,7 @@ func (d *Driver) classesNaming(ctx context.Context, pool string) []reconcile.Req
 
 func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var reason, message string
-	done, err := driverkit.AcceptClass(ctx, d.client, req.Name, plan.Provisioner, func(class *ipamv1.IPAddressClass) (metav1.Condition, error) {
+	done, err := driverkit.JudgeClass(ctx, d.client, req.Name, plan.Provisioner, func(class *ipamv1.IPAddressClass) (driverkit.Verdict, error) {
 		poolName := plan.ParseClassParams(class).Pool
 		var pool *metallb.IPAddressPool
 		var rivals ipamv1.IPAddressClassList
@@ -62,20 +66,26 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 			pool = &metallb.IPAddressPool{}
 			if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.MetalLBNamespace, Name: poolName}, pool); err != nil {
 				if !apierrors.IsNotFound(err) {
-					return metav1.Condition{}, err
+					return driverkit.Verdict{}, err
 				}
 				pool = nil
 			}
 			if err := d.client.List(ctx, &rivals, client.MatchingFields{indexClassPool: poolName}); err != nil {
-				return metav1.Condition{}, err
+				return driverkit.Verdict{}, err
 			}
 		}
-		reason, message = plan.ClassVerdict(class, pool, rivals.Items, d.MetalLBNamespace)
+		cluster, err := d.clusterFamilies(ctx)
+		if err != nil {
+			return driverkit.Verdict{}, err
+		}
+		reason, message = plan.ClassVerdict(class, pool, rivals.Items, d.MetalLBNamespace, cluster)
 		status := metav1.ConditionTrue
 		if reason != plan.ReasonAccepted {
 			status = metav1.ConditionFalse
 		}
-		return metav1.Condition{Status: status, Reason: reason, Message: message}, nil
+		v := driverkit.Verdict{Condition: metav1.Condition{Status: status, Reason: reason, Message: message}}
+		v.Families, v.ServedNamespaces = plan.ClassReport(pool, cluster)
+		return v, nil
 	})
 	if err != nil || !done.Wrote {
 		return reconcile.Result{}, err
@@ -87,6 +97,37 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 		d.announce.Recorder.Eventf(done.Class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
 	}
 	return reconcile.Result{}, nil
+}
+
+// clusterFamilies are the families of the cluster's Service CIDRs (networking.k8s.io/v1
+// ServiceCIDR, read uncached: a class pass is rare), which a placeholder's family must be among;
+// nil when the apiserver has none to tell (no such API, or no permission to read it), which
+// rules out no family. Any other error is the pass's, retried: a report that changed with a
+// passing failure would cost a write each way.
+func (d *Driver) clusterFamilies(ctx context.Context) ([]ipamv1.IPFamily, error) {
+	var list networkingv1.ServiceCIDRList
+	if err := d.reader.List(ctx, &list); err != nil {
+		if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			return nil, err
+		}
+		log.FromContext(ctx).V(1).Info("cannot read the cluster's Service CIDRs; every family is taken as served", "error", err.Error())
+		return nil, nil
+	}
+	var out []ipamv1.IPFamily
+	for _, fam := range []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6} {
+		for _, sc := range list.Items {
+			if slices.ContainsFunc(sc.Spec.CIDRs, func(c string) bool {
+				p, err := netip.ParsePrefix(c)
+				return err == nil && ipamv1.FamilyOf(p.Addr()) == fam
+			}) && !slices.Contains(out, fam) {
+				out = append(out, fam)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // ownClass passes only events of this driver's classes.

@@ -75,6 +75,9 @@ type Driver struct {
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
 	// (an address gone, or deleted and past teardown) whose event was missed. A minute when zero.
 	SweepEvery time.Duration
+	// ProvisioningWindow is how many provisioning placeholders of one pool and family may wait
+	// for MetalLB at once (window.go); plan.DefaultProvisioningWindow when zero.
+	ProvisioningWindow int
 
 	client client.Client
 	// reader reads the apiserver directly: only to confirm what the cache does not show yet of
@@ -88,7 +91,9 @@ type Driver struct {
 	memory *plan.MetallbMemory
 	// progress is how far MetalLB has got through its work (progress.go).
 	progress *metallbProgress
-	now      func() time.Time
+	// window bounds the provisioning placeholders of each pool (window.go).
+	window *provisioningWindow
+	now    func() time.Time
 	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
 	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
 	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]

@@ -3,8 +3,10 @@ package driver
 import (
 	"context"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,7 +14,9 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/claimcache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
@@ -48,22 +52,67 @@ const (
 // ReasonAllocationFailed is the reason of MetalLB's report that it could not assign a Service.
 const ReasonAllocationFailed = "AllocationFailed"
 
-// CacheByObject is the driver's cache settings for the manager: of the Events, only MetalLB's
-// AllocationFailed reports, in every namespace: those on the placeholders decide when a waiting
-// placeholder is nudged, and those on a tenant's attached Service tell an IP MetalLB keeps for a
-// deleted Service (plan_kept.go). Reading them from the apiserver instead made every look a list
-// the apiserver filters from every Event of the namespace (MetalLB records one per Service it
-// serves): at 10,000 claims the apiserver's work per pass grew with the number of claims, and
-// during an attach of 10,000 Services MetalLB took minutes to serve, the address passes of the
-// waiting Services listed a tenant namespace's Events 20,000 times in 15 minutes (0.28 s of the
-// apiserver's time each). MetalLB refuses few Services (the hand-over-events policy keeps its
-// reports of an unfinished hand-over out of the API), so the cache stays small.
+// CacheByObject is the driver's cache settings for the manager.
+//
+// Of the Events, only MetalLB's AllocationFailed reports, in every namespace, reduced to what the
+// driver reads (stripEvent): those on the placeholders decide when a waiting placeholder is
+// nudged, and those on a tenant's attached Service tell an IP MetalLB keeps for a deleted Service
+// (plan_kept.go). Reading them from the apiserver instead made every look a list the apiserver
+// filters from every Event of the namespace (MetalLB records one per Service it serves): at
+// 10,000 claims the apiserver's work per pass grew with the number of claims, and during an
+// attach of 10,000 Services MetalLB took minutes to serve, the address passes of the waiting
+// Services listed a tenant namespace's Events 20,000 times in 15 minutes (0.28 s of the
+// apiserver's time each). In a tenant's namespace the tenant may write Events too (the stock edit
+// role does), of any reason and up to about a megabyte each: the transform keeps a cached report
+// to about a kilobyte whatever was written, and what a report there can make the driver do is
+// bounded (plan.MaxNamesPerReport names, and only about the tenant's own address).
+//
+// Claims and Services are reduced to what the driver reads (claimcache.Strip,
+// servicecache.StripKeeping), for the same reason: a tenant writes them.
 func CacheByObject(namespace string) map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&corev1.Event{}: {
-			Field: fields.OneTermEqualSelector("reason", ReasonAllocationFailed),
+			Field:     fields.OneTermEqualSelector("reason", ReasonAllocationFailed),
+			Transform: stripEvent,
 		},
+		&ipamv1.IPAddressClaim{}: {Transform: claimcache.Strip},
+		&corev1.Service{}:        {Transform: servicecache.StripKeeping(plan.DriverAnnotations...)},
 	}
+}
+
+// maxReportMessage is the longest message of a MetalLB report the driver keeps: MetalLB's are a
+// line ("can't change sharing key for ..., address also in use by <namespace>/<name>"), and the
+// driver reads no more than a few names from one (plan.MaxNamesPerReport).
+const maxReportMessage = 1024
+
+// stripEvent keeps of an Event what the driver reads: the object it is about, its reason, its
+// message (cut to maxReportMessage) and when it was said.
+func stripEvent(obj any) (any, error) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Event{
+		TypeMeta:   e.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion},
+		InvolvedObject: corev1.ObjectReference{Kind: e.InvolvedObject.Kind, Namespace: e.InvolvedObject.Namespace,
+			Name: e.InvolvedObject.Name, UID: e.InvolvedObject.UID},
+		Reason: e.Reason, Message: cutMessage(e.Message),
+		FirstTimestamp: e.FirstTimestamp, LastTimestamp: e.LastTimestamp, EventTime: e.EventTime,
+	}
+	if e.Series != nil {
+		out.Series = &corev1.EventSeries{LastObservedTime: e.Series.LastObservedTime}
+	}
+	return out, nil
+}
+
+// cutMessage is m, cut to maxReportMessage; a copy, so that the cut does not keep the whole
+// message it was taken from.
+func cutMessage(m string) string {
+	if len(m) > maxReportMessage {
+		return strings.Clone(m[:maxReportMessage])
+	}
+	return m
 }
 
 // setupIndexes registers the driver's indexes. The Service indexes are cluster-wide only

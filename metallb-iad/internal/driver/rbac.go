@@ -32,6 +32,11 @@ package driver
 //
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 //
+// The cluster's Service CIDRs, read when a class is judged: a family no Service of the cluster
+// can have is one the class cannot serve (status.families).
+//
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list
+//
 // In its own namespace: placeholder Services, and the short-lived release Services that make
 // MetalLB drop an allocation it kept for a deleted placeholder, are created and deleted there
 // only; leader election's Lease and its events (core group); MetalLB's AllocationFailed events on

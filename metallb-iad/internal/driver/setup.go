@@ -14,6 +14,7 @@ import (
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
 // SetupWithManager registers the indexes and every controller of the driver.
@@ -41,6 +42,10 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	d.wakeClaims = make(chan ctrlevent.TypedGenericEvent[client.Object], 1024)
 	d.memory = plan.NewMetallbMemory()
 	d.progress = &metallbProgress{namespace: d.Namespace, now: func() time.Time { return d.now() }}
+	if d.ProvisioningWindow <= 0 {
+		d.ProvisioningWindow = plan.DefaultProvisioningWindow
+	}
+	d.window = newProvisioningWindow(d.Namespace, d.ProvisioningWindow, max(d.ExpectFor, time.Second), func() time.Time { return d.now() })
 	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
 	if err != nil {
 		return err
@@ -49,6 +54,19 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		AddFunc:    d.progress.see,
 		UpdateFunc: func(_, o any) { d.progress.see(o) },
 	}); err != nil {
+		return err
+	}
+	if _, err := services.AddEventHandler(d.window.serviceHandler()); err != nil {
+		return err
+	}
+	pools, err := mgr.GetCache().GetInformer(ctx, &metallb.IPAddressPool{})
+	if err != nil {
+		return err
+	}
+	if _, err := pools.AddEventHandler(d.window.poolHandler()); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return d.window.forward(ctx, d.wakeClaims) })); err != nil {
 		return err
 	}
 	if d.SweepEvery == 0 {

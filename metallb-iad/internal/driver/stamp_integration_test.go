@@ -78,7 +78,7 @@ func TestPeriodicSweepRetiresAPlaceholderWhoseClaimEventWasMissed(t *testing.T) 
 	ctx := context.Background()
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "nowhere", Name: "gone", UID: "gone-uid"},
 		Spec: ipamv1.IPAddressClaimSpec{Family: ipamv1.IPv4}}
-	s := plan.ProvisioningService(testDriverNS, plan.ProvisioningName("gone-uid", ipamv1.IPv4, 0), claim, ipamv1.IPv4, "nowhere")
+	s := plan.ProvisioningService(testDriverNS, plan.ProvisioningName("gone-uid", ipamv1.IPv4, 0), claim, ipamv1.IPv4, "nowhere", "")
 	// Its own events are lost: every pass of its claim is dropped until the placeholder is
 	// older than a sweep period, so that only the sweep can bring the claim back.
 	found := lostEvents.lose(t, "metallb-iad-claim", reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "nowhere", Name: "gone"}})

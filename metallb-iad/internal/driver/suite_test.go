@@ -34,7 +34,6 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/freshness"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/envtestutil"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/testsupport/promcheck"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -262,11 +261,7 @@ func run(m *testing.M) int {
 		// The Service cache's transform is kept: NewCache gets these options.
 		NewCache: reconciles.NewCache,
 		Metrics:  metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: func() map[client.Object]cache.ByObject {
-			by := CacheByObject(testDriverNS)
-			by[&corev1.Service{}] = cache.ByObject{Transform: servicecache.Strip}
-			return by
-		}()},
+		Cache:    cache.Options{ByObject: CacheByObject(testDriverNS)},
 	})
 	if err != nil {
 		panic(err)

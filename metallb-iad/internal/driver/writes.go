@@ -148,13 +148,18 @@ func (d *Driver) deleteServiceAsSeen(ctx context.Context, s *corev1.Service) err
 	return nil
 }
 
-// nudgeService touches a placeholder MetalLB has not served, to make it try again.
-func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service) error {
+// nudgeService touches a placeholder MetalLB has not served, to make it try again; a
+// provisioning placeholder records the state of its pool it was nudged in (poolState, "" for
+// none), in the same patch.
+func (d *Driver) nudgeService(ctx context.Context, s *corev1.Service, poolState string) error {
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[plan.AnnotationNudge] = d.now().UTC().Format(time.RFC3339Nano)
+	if poolState != "" {
+		s.Annotations[plan.AnnotationPoolState] = poolState
+	}
 	if d.ownService(s) {
 		markOwn(s)
 	}

@@ -43,12 +43,23 @@ type ServiceAllocation struct {
 	ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
 }
 
+// IPAddressPoolStatus is MetalLB's count of a pool's addresses by family, which its controller
+// keeps up to date as it assigns and frees them (MetalLB v0.15 and later): assigned, and
+// available (free). All zero for a family: not reported.
+type IPAddressPoolStatus struct {
+	AssignedIPv4  int64 `json:"assignedIPv4"`
+	AssignedIPv6  int64 `json:"assignedIPv6"`
+	AvailableIPv4 int64 `json:"availableIPv4"`
+	AvailableIPv6 int64 `json:"availableIPv6"`
+}
+
 // IPAddressPool is MetalLB's pool (metallb.io/v1beta1), read only.
 // +kubebuilder:object:root=true
 type IPAddressPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              IPAddressPoolSpec `json:"spec"`
+	Spec              IPAddressPoolSpec   `json:"spec"`
+	Status            IPAddressPoolStatus `json:"status,omitempty"`
 }
 
 // IPAddressPoolList is a list of IPAddressPool.

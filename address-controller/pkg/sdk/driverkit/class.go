@@ -3,6 +3,7 @@ package driverkit
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +28,27 @@ type Acceptance struct {
 // without a write, so the pass is retried.
 func AcceptClass(ctx context.Context, c client.Client, name, provisioner string,
 	verdict func(*ipamv1.IPAddressClass) (metav1.Condition, error)) (Acceptance, error) {
+	return JudgeClass(ctx, c, name, provisioner, func(class *ipamv1.IPAddressClass) (Verdict, error) {
+		cond, err := verdict(class)
+		return Verdict{Condition: cond, Families: class.Status.Families, ServedNamespaces: class.Status.ServedNamespaces}, err
+	})
+}
+
+// Verdict is a driver's judgement of a class: its Accepted condition, and what the driver can
+// serve, which the core enforces on the class's claims. Families are the families it can
+// provision and serve (status.families; empty: not reported, every family is tried);
+// ServedNamespaces, when set, the only namespaces its backend serves (status.servedNamespaces).
+type Verdict struct {
+	Condition        metav1.Condition
+	Families         []ipamv1.IPFamily
+	ServedNamespaces *ipamv1.NamespaceSet
+}
+
+// JudgeClass is AcceptClass for a driver that also reports what it serves: the condition, the
+// families and the served namespaces verdict decides are written in one status patch, and only
+// when one of them changed.
+func JudgeClass(ctx context.Context, c client.Client, name, provisioner string,
+	verdict func(*ipamv1.IPAddressClass) (Verdict, error)) (Acceptance, error) {
 	var class ipamv1.IPAddressClass
 	if err := c.Get(ctx, types.NamespacedName{Name: name}, &class); err != nil {
 		return Acceptance{}, client.IgnoreNotFound(err)
@@ -34,14 +56,22 @@ func AcceptClass(ctx context.Context, c client.Client, name, provisioner string,
 	if class.Spec.Provisioner != provisioner {
 		return Acceptance{}, nil
 	}
-	cond, err := verdict(&class)
+	v, err := verdict(&class)
 	if err != nil {
 		return Acceptance{}, err
 	}
+	cond := v.Condition
 	cond.Type, cond.ObservedGeneration = ipamv1.ConditionAccepted, class.Generation
 	orig := class.DeepCopy()
 	res := Acceptance{Class: &class, Before: meta.FindStatusCondition(orig.Status.Conditions, ipamv1.ConditionAccepted)}
-	if !meta.SetStatusCondition(&class.Status.Conditions, cond) {
+	changed := meta.SetStatusCondition(&class.Status.Conditions, cond)
+	if !equality.Semantic.DeepEqual(class.Status.Families, v.Families) {
+		class.Status.Families, changed = v.Families, true
+	}
+	if !equality.Semantic.DeepEqual(class.Status.ServedNamespaces, v.ServedNamespaces) {
+		class.Status.ServedNamespaces, changed = v.ServedNamespaces, true
+	}
+	if !changed {
 		return res, nil
 	}
 	if err := c.Status().Patch(ctx, &class, client.MergeFrom(orig)); err != nil {

@@ -28,6 +28,9 @@ const (
 	// AnnotationNudge is bumped on a placeholder MetalLB gave up on, to make it retry (and on an
 	// attached Service once the driver released an allocation MetalLB kept for its IP).
 	AnnotationNudge = "metallb.drivers.local.sdn.cozystack.io/nudge"
+	// AnnotationPoolState records, on a provisioning placeholder, the state of its pool
+	// (PoolState.Stamp) when it was created or last nudged.
+	AnnotationPoolState = "metallb.drivers.local.sdn.cozystack.io/pool-state"
 	// ClassParameterPool names the MetalLB IPAddressPool of a class.
 	ClassParameterPool = "pool"
 
@@ -56,6 +59,11 @@ var ProtectedServiceAnnotations = []string{
 	metallb.AnnotationLoadBalancerIPs, metallb.AnnotationAddressPool, metallb.AnnotationAllowSharedIP,
 	metallb.LegacyPrefix + "loadBalancerIPs", metallb.LegacyPrefix + "address-pool", metallb.LegacyPrefix + "allow-shared-ip",
 }
+
+// DriverAnnotations are the annotations the driver writes on Services (its own placeholders and
+// the tenant Services it pins), which its Service cache keeps beside the core's
+// (servicecache.StripKeeping).
+var DriverAnnotations = []string{AnnotationPinned, AnnotationReleasing, AnnotationNudge, AnnotationPoolState, AnnotationClaim}
 
 // familyTag is the short form of a family used in names.
 func familyTag(f ipamv1.IPFamily) string {

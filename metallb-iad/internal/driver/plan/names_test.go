@@ -2,6 +2,7 @@ package plan
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -105,9 +106,13 @@ func TestForeignPins(t *testing.T) {
 
 func TestClassVerdict(t *testing.T) {
 	no, yes := false, true
-	pool := func(auto *bool) *metallb.IPAddressPool {
-		return &metallb.IPAddressPool{Spec: metallb.IPAddressPoolSpec{AutoAssign: auto}}
+	pool := func(auto *bool, addresses ...string) *metallb.IPAddressPool {
+		if len(addresses) == 0 {
+			addresses = []string{"203.0.113.0/28"}
+		}
+		return &metallb.IPAddressPool{Spec: metallb.IPAddressPoolSpec{AutoAssign: auto, Addresses: addresses}}
 	}
+	v4 := []ipamv1.IPFamily{ipamv1.IPv4}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	class := func(name, poolName string, created time.Time) ipamv1.IPAddressClass {
 		return ipamv1.IPAddressClass{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
@@ -120,23 +125,63 @@ func TestClassVerdict(t *testing.T) {
 		pool   *metallb.IPAddressPool
 		rivals []ipamv1.IPAddressClass
 		want   string
+		// cluster are the families of the cluster's Service CIDRs (nil: unknown).
+		cluster []ipamv1.IPFamily
 	}{
-		{"no pool parameter", class("me", "", at), nil, nil, ReasonPoolNotSet},
-		{"pool missing", me, nil, nil, ReasonPoolNotFound},
-		{"autoAssign unset means true", me, pool(nil), nil, ReasonPoolAutoAssigns},
-		{"autoAssign true", me, pool(&yes), nil, ReasonPoolAutoAssigns},
-		{"accepted", me, pool(&no), []ipamv1.IPAddressClass{me}, ReasonAccepted},
-		{"older rival", me, pool(&no), []ipamv1.IPAddressClass{class("old", "p", at.Add(-time.Hour)), me}, ReasonPoolClaimedByClass},
-		{"younger rival", me, pool(&no), []ipamv1.IPAddressClass{class("young", "p", at.Add(time.Hour))}, ReasonAccepted},
-		{"same age, lower name wins", me, pool(&no), []ipamv1.IPAddressClass{class("a", "p", at)}, ReasonPoolClaimedByClass},
-		{"rival on another pool", me, pool(&no), []ipamv1.IPAddressClass{class("old", "q", at.Add(-time.Hour))}, ReasonAccepted},
+		{"no pool parameter", class("me", "", at), nil, nil, ReasonPoolNotSet, nil},
+		{"pool missing", me, nil, nil, ReasonPoolNotFound, nil},
+		{"autoAssign unset means true", me, pool(nil), nil, ReasonPoolAutoAssigns, nil},
+		{"autoAssign true", me, pool(&yes), nil, ReasonPoolAutoAssigns, nil},
+		{"accepted", me, pool(&no), []ipamv1.IPAddressClass{me}, ReasonAccepted, nil},
+		{"older rival", me, pool(&no), []ipamv1.IPAddressClass{class("old", "p", at.Add(-time.Hour)), me}, ReasonPoolClaimedByClass, nil},
+		{"younger rival", me, pool(&no), []ipamv1.IPAddressClass{class("young", "p", at.Add(time.Hour))}, ReasonAccepted, nil},
+		{"same age, lower name wins", me, pool(&no), []ipamv1.IPAddressClass{class("a", "p", at)}, ReasonPoolClaimedByClass, nil},
+		{"rival on another pool", me, pool(&no), []ipamv1.IPAddressClass{class("old", "q", at.Add(-time.Hour))}, ReasonAccepted, nil},
+		{"an IPv6 pool on an IPv4-only cluster", me, pool(&no, "2001:db8::/120"), nil, ReasonPoolFamiliesUnserved, v4},
+		{"a dual pool on an IPv4-only cluster", me, pool(&no, "2001:db8::/120", "203.0.113.0/28"), nil, ReasonAccepted, v4},
+		{"an IPv6 pool, the cluster's families unknown", me, pool(&no, "2001:db8::/120"), nil, ReasonAccepted, nil},
+		{"a pool without addresses", me, pool(&no, "junk"), nil, ReasonPoolFamiliesUnserved, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reason, msg := ClassVerdict(&tc.class, tc.pool, tc.rivals, "cozy-metallb")
+			reason, msg := ClassVerdict(&tc.class, tc.pool, tc.rivals, "cozy-metallb", tc.cluster)
 			if reason != tc.want || msg == "" {
 				t.Fatalf("got %s (%q), want %s", reason, msg, tc.want)
 			}
 		})
+	}
+}
+
+// What the driver reports of a class beside Accepted: the families of its pool the cluster's
+// Services can have, and the namespaces the pool's serviceAllocation serves.
+func TestClassReport(t *testing.T) {
+	v4, both := []ipamv1.IPFamily{ipamv1.IPv4}, []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6}
+	sel := metav1.LabelSelector{MatchLabels: map[string]string{"plan": "gold"}}
+	for _, tc := range []struct {
+		name     string
+		spec     metallb.IPAddressPoolSpec
+		cluster  []ipamv1.IPFamily
+		families []ipamv1.IPFamily
+		served   *ipamv1.NamespaceSet
+	}{
+		{"an IPv4 pool, open", metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"}}, both, v4, nil},
+		{"a dual pool on an IPv4-only cluster", metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28", "2001:db8::/120"}}, v4, v4, nil},
+		{"a dual pool on a dual cluster", metallb.IPAddressPoolSpec{Addresses: []string{"2001:db8::1-2001:db8::9", "203.0.113.0/28"}}, both, both, nil},
+		{"a dual pool, the cluster unknown", metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28", "2001:db8::/120"}}, nil, both, nil},
+		{"service selectors alone restrict no namespace", metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"},
+			ServiceAllocation: &metallb.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{sel}}}, nil, v4, nil},
+		{"namespaces listed and selected", metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"},
+			ServiceAllocation: &metallb.ServiceAllocation{Namespaces: []string{"tenant-a", "tenant-a", strings.Repeat("x", 64)}, NamespaceSelectors: []metav1.LabelSelector{sel}}},
+			nil, v4, &ipamv1.NamespaceSet{Names: []string{"tenant-a"}, Selectors: []metav1.LabelSelector{sel}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			families, served := ClassReport(&metallb.IPAddressPool{Spec: tc.spec}, tc.cluster)
+			if !reflect.DeepEqual(families, tc.families) || !reflect.DeepEqual(served, tc.served) {
+				t.Fatalf("got %v %+v, want %v %+v", families, served, tc.families, tc.served)
+			}
+		})
+	}
+	if f, s := ClassReport(nil, nil); f != nil || s != nil {
+		t.Fatalf("a missing pool reports %v %+v", f, s)
 	}
 }
 
@@ -145,25 +190,40 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 	in := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "n", UID: "u", ResourceVersion: "7",
 			Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "1",
-				"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"Service"}`},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
+				"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"Service"}`,
+				ipamv1.AnnotationServiceClaim:                      "web",
+				metallb.AnnotationLoadBalancerIPs:                  "203.0.113.1",
+				AnnotationPinned:                                   "true",
+				// A tenant's writing, as large as the apiserver lets annotations be.
+				"example.com/blob":            strings.Repeat("x", 200<<10),
+				ipamv1.AnnotationServiceClass: strings.Repeat("y", 50<<10)},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "x"}},
+			OwnerReferences: []metav1.OwnerReference{{Name: "o"}}, Finalizers: []string{"example.com/f"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 			IPFamilyPolicy: &p, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}},
 			ExternalIPs: []string{"203.0.113.9"}},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}}},
 	}
-	out, _ := servicecache.Strip(in)
+	out, _ := servicecache.StripKeeping(DriverAnnotations...)(in)
 	s := out.(*corev1.Service)
-	if len(in.Annotations) != 2 {
+	if len(in.Annotations) != 7 {
 		t.Fatalf("Strip changed the object it was given: %v", in.Annotations)
 	}
-	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations["a"] != "1" ||
+	if s.Name != "s" || s.ResourceVersion != "7" || s.Labels["l"] != "1" || s.Annotations[ipamv1.AnnotationServiceClaim] != "web" ||
+		s.Annotations[metallb.AnnotationLoadBalancerIPs] != "203.0.113.1" || s.Annotations[AnnotationPinned] != "true" ||
+		s.Annotations[ipamv1.AnnotationServiceClass] != servicecache.TooLong ||
 		s.Spec.Type != corev1.ServiceTypeLoadBalancer || len(s.Spec.IPFamilies) != 1 || len(s.Status.LoadBalancer.Ingress) != 1 ||
 		len(s.Spec.ExternalIPs) != 1 {
 		t.Fatalf("lost a field the driver reads: %+v", s)
 	}
-	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil || len(s.Annotations) != 1 {
+	if s.ManagedFields != nil || s.Spec.Selector != nil || s.Spec.Ports != nil || len(s.Annotations) != 4 ||
+		s.OwnerReferences != nil || s.Finalizers != nil {
 		t.Fatalf("kept fields the driver never reads: %+v", s)
+	}
+	// The core keeps its own annotations, not the driver's.
+	out, _ = servicecache.Strip(in)
+	if a := out.(*corev1.Service).Annotations; len(a) != 3 || a[AnnotationPinned] != "" {
+		t.Fatalf("the core's cache keeps %v", a)
 	}
 }
 
@@ -172,7 +232,7 @@ func TestServiceCacheKeepsWhatTheDriverReads(t *testing.T) {
 func TestTheDriversServicesCarryTheDriverMark(t *testing.T) {
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "c", UID: "u"}}
 	for _, s := range []*corev1.Service{
-		ProvisioningService("d", "p", claim, ipamv1.IPv4, "pool"),
+		ProvisioningService("d", "p", claim, ipamv1.IPv4, "pool", ""),
 		HoldService("d", "a", netip.MustParseAddr("203.0.113.7"), "pool"),
 		ReleaseService("d", "r", "a"),
 	} {

@@ -221,6 +221,36 @@ func fuzzProvisionView(data []byte) ProvisionView {
 			v.Have[fam] = c.yes(6) // an address bound to it that no placeholder shows
 		}
 	}
+	// Choices added later come last, each with its old meaning as the first option, so that the
+	// committed seeds decode to the views they were found with.
+	if v.Class != nil {
+		// The families the driver reported for the class: none, IPv4 only, or both.
+		v.Class.Status.Families = [][]ipamv1.IPFamily{nil, {ipamv1.IPv4}, {ipamv1.IPv4, ipamv1.IPv6}}[c.n(3)]
+		// The namespaces its pool serves: any, or another one than the claim's.
+		if c.n(2) == 1 {
+			v.Class.Status.ServedNamespaces = &ipamv1.NamespaceSet{Names: []string{"another-tenant"}}
+		}
+	}
+	// The pool's window (a slot for a new placeholder, or none: the claim waits its turn) and
+	// MetalLB's count of the pool (not reported, room, full), per family; and the pool state
+	// each placeholder recorded (none, or the current one).
+	v.MayCreate, v.Pool = map[ipamv1.IPFamily]bool{}, map[ipamv1.IPFamily]PoolState{}
+	for _, fam := range fuzzFamilies {
+		v.MayCreate[fam] = c.n(2) == 0
+		v.Pool[fam] = []PoolState{{Free: -1}, {Stamp: "1/5", Free: 5}, {Stamp: "1/0", Full: true}}[c.n(3)]
+	}
+	for _, s := range v.Placeholders {
+		if st := v.Pool[ipamv1.IPFamily(s.Labels[LabelFamily])].Stamp; st != "" && c.n(2) == 1 {
+			s.Annotations[AnnotationPoolState] = st
+		}
+		// MetalLB's latest refusal: none, or after its last touch (some seconds ago).
+		if c.n(2) == 1 {
+			if v.FailedAt == nil {
+				v.FailedAt = map[types.UID]time.Time{}
+			}
+			v.FailedAt[s.UID] = LastTouch(s).Add(time.Duration(c.n(30)) * time.Second)
+		}
+	}
 	refreshProvisionView(&v)
 	return v
 }
@@ -313,7 +343,8 @@ func checkProvisionPlan(t *testing.T, v ProvisionView, p ProvisionPlan) {
 	if claim != nil {
 		resolved = cmp.Or(claim.Spec.ClassName, claim.Status.ClassName, claim.Annotations[ipamv1.AnnotationResolvedClass])
 	}
-	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.Class, Provisioner) && v.Class.Name == resolved
+	needs := claim != nil && driverkit.NeedsProvisioning(claim, Provisioner) && driverkit.ClassProvisions(v.Class, Provisioner) && v.Class.Name == resolved &&
+		len(driverkit.UnservedFamilies(v.Class, claim)) == 0 && driverkit.RefusesNamespace(v.Class, claim.Namespace, v.NamespaceLabels) == driverkit.NamespaceAdmitted
 	if !needs && (len(p.Create) > 0 || len(p.Settle) > 0) {
 		t.Fatalf("claim needs no provisioning, yet the plan creates %v and settles %d", names(p.Create), len(p.Settle))
 	}
@@ -346,6 +377,41 @@ func checkProvisionPlan(t *testing.T, v ProvisionView, p ProvisionPlan) {
 				fam := ipamv1.IPFamily(s.Labels[LabelFamily])
 				perFamily[fam] = append(perFamily[fam], s.Name)
 			}
+		}
+	}
+	// The pool's window: a placeholder is created only with a slot, and records the pool's state;
+	// a family without a slot waits its turn, with a re-check.
+	for _, s := range p.Create {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		if !v.MayCreate[fam] {
+			t.Fatalf("created placeholder %s for %s with no slot of the pool's window", s.Name, fam)
+		}
+		if got := s.Annotations[AnnotationPoolState]; got != v.Pool[fam].Stamp {
+			t.Fatalf("created placeholder %s recording pool state %q, the pool's is %q", s.Name, got, v.Pool[fam].Stamp)
+		}
+	}
+	for _, fam := range p.WaitForSlot {
+		if !needs || v.MayCreate[fam] || v.Have[fam] || v.PlaceholderExpected[fam] || p.Requeue <= 0 {
+			t.Fatalf("claim waits for a slot for %s (needs %v, slot %v, has %v, expected %v, requeue %v)",
+				fam, needs, v.MayCreate[fam], v.Have[fam], v.PlaceholderExpected[fam], p.Requeue)
+		}
+	}
+	// No write while nothing changes: a placeholder is nudged neither while MetalLB counts its
+	// pool full, nor in the pool state it was created or last nudged in once MetalLB answered it
+	// or it was nudged; a nudge records the pool's state.
+	for _, s := range p.Nudge {
+		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
+		st := v.Pool[fam]
+		last := LastTouch(s)
+		refused := !v.FailedAt[s.UID].IsZero() && !v.FailedAt[s.UID].Before(last.Truncate(time.Second))
+		switch {
+		case s.Labels[LabelRole] == RoleProvisioning && st.Full:
+			t.Fatalf("nudged %s although MetalLB counts the pool full", s.Name)
+		case s.Labels[LabelRole] == RoleProvisioning && st.Stamp != "" && s.Annotations[AnnotationPoolState] == st.Stamp &&
+			(refused || s.Annotations[AnnotationNudge] != ""):
+			t.Fatalf("nudged %s again in the pool state %s it was answered or nudged in", s.Name, st.Stamp)
+		case p.NudgeStamps[s.Name] != st.Stamp:
+			t.Fatalf("nudged %s recording pool state %q, the pool's is %q", s.Name, p.NudgeStamps[s.Name], st.Stamp)
 		}
 	}
 	for _, s := range p.Create {
@@ -445,6 +511,9 @@ func applyProvisionPlan(v ProvisionView, p ProvisionPlan) ProvisionView {
 		if nudged[s.Name] {
 			s = s.DeepCopy()
 			s.Annotations[AnnotationNudge] = v.Now.Format(time.RFC3339Nano)
+			if st := p.NudgeStamps[s.Name]; st != "" {
+				s.Annotations[AnnotationPoolState] = st
+			}
 		}
 		kept = append(kept, s)
 	}

@@ -33,7 +33,7 @@ const KeptGrace = 30 * time.Second
 
 // KeptCandidates are the Services that MetalLB's latest reports (messages, "" for none) say use
 // the IP, outside the driver's namespace (its own names are released, plan_release.go) and other
-// than the attached Service itself.
+// than the attached Service itself: at most MaxNamesPerReport of them in all.
 func KeptCandidates(messages []string, driverNamespace string, attached *corev1.Service) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, msg := range messages {
@@ -42,7 +42,9 @@ func KeptCandidates(messages []string, driverNamespace string, attached *corev1.
 				(attached != nil && k.Namespace == attached.Namespace && k.Name == attached.Name) {
 				continue
 			}
-			out = append(out, k)
+			if out = append(out, k); len(out) == MaxNamesPerReport {
+				return out // each costs a read of the apiserver
+			}
 		}
 	}
 	return out

@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
+
+// manyNames is "n0/s0, n1/s1, ..." for n names.
+func manyNames(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "n%d/s%d", i, i)
+	}
+	return b.String()
+}
 
 func TestKeptCandidates(t *testing.T) {
 	attached := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "web"}}
@@ -27,6 +41,11 @@ func TestKeptCandidates(t *testing.T) {
 		{"the attached Service itself is not its own keeper", []string{said + "t/web"}, attached, nil},
 		{"a name said twice counts once", []string{said + "a/gone", said + "a/gone, b/other"}, nil,
 			[]types.NamespacedName{{Namespace: "a", Name: "gone"}, {Namespace: "b", Name: "other"}}},
+		// A report in a tenant's namespace may be the tenant's own: it names no more than a few
+		// Services, each a read of the apiserver, and only names a Service can have.
+		{"a report naming thousands of Services is read for a few", []string{said + manyNames(5000)}, nil,
+			[]types.NamespacedName{{Namespace: "n0", Name: "s0"}, {Namespace: "n1", Name: "s1"}, {Namespace: "n2", Name: "s2"}, {Namespace: "n3", Name: "s3"}}},
+		{"what no Service can be named is not a name", []string{said + "A/x, a/-x, a/" + strings.Repeat("x", 64) + ", a/x/y, /x, a/"}, nil, nil},
 	} {
 		if got := KeptCandidates(tc.messages, "cozy-metallb-iad", tc.attached); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

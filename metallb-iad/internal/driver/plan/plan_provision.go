@@ -20,6 +20,9 @@ type ProvisionView struct {
 	Claim    *ipamv1.IPAddressClaim
 	ClaimKey string
 	Class    *ipamv1.IPAddressClass
+	// NamespaceLabels are the labels of the claim's namespace (a class may serve only some
+	// namespaces).
+	NamespaceLabels map[string]string
 	// have are the families the claim already has an address for.
 	Have map[ipamv1.IPFamily]bool
 	// placeholders are the provisioning placeholders made for this claim key (any uid).
@@ -33,6 +36,13 @@ type ProvisionView struct {
 	HoldOf    map[string]string
 	// nextName is the name a new placeholder of the family gets.
 	NextName map[ipamv1.IPFamily]string
+
+	// MayCreate: the provisioning window of the class's pool lets the claim create a new
+	// placeholder of the family now (the reconciler granted it a slot, ProvisioningSlots). A
+	// family without a slot waits its turn with no placeholder at all.
+	MayCreate map[ipamv1.IPFamily]bool
+	// Pool is the state of the class's pool per family, as MetalLB counts it.
+	Pool map[ipamv1.IPFamily]PoolState
 
 	// failedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
 	// up only for those MayNudge).
@@ -51,12 +61,18 @@ type ProvisionView struct {
 // in one patch, pin the placeholder and make it the address's hold; nudge the ones MetalLB
 // has not served.
 type ProvisionPlan struct {
-	ToHold  []Handover
-	Delete  []*corev1.Service
-	Create  []*corev1.Service
-	Settle  []settlement
-	Nudge   []*corev1.Service
-	Requeue time.Duration
+	ToHold []Handover
+	Delete []*corev1.Service
+	Create []*corev1.Service
+	Settle []settlement
+	Nudge  []*corev1.Service
+	// NudgeStamps is the pool state (AnnotationPoolState) each nudged placeholder records, by
+	// name.
+	NudgeStamps map[string]string
+	// WaitForSlot are the families that need a placeholder and have no slot of the pool's
+	// window: the reconciler queues the claim for the pool, and wakes it when a slot frees.
+	WaitForSlot []ipamv1.IPFamily
+	Requeue     time.Duration
 }
 
 // handover turns a placeholder into the hold of an address.
@@ -88,19 +104,29 @@ func PlanProvision(v ProvisionView) ProvisionPlan {
 	for _, fam := range driverkit.MissingFamilies(claim, v.Have) {
 		s := kept[fam]
 		if s == nil {
-			if v.PlaceholderExpected[fam] {
+			switch {
+			case v.PlaceholderExpected[fam]:
 				p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
-				continue
+			case !v.MayCreate[fam]:
+				// The pool's window is full: the claim waits its turn with no placeholder, woken
+				// when a slot frees, and looked at again now and then meanwhile (reads only).
+				p.WaitForSlot = append(p.WaitForSlot, fam)
+				p.Requeue = driverkit.Sooner(p.Requeue, driverkit.MaxRecheck)
+			default:
+				p.Create = append(p.Create, ProvisioningService(v.Namespace, v.NextName[fam], claim, fam, ParseClassParams(v.Class).Pool, v.Pool[fam].Stamp))
+				p.Requeue = driverkit.Sooner(p.Requeue, v.NudgeAfter)
 			}
-			p.Create = append(p.Create, ProvisioningService(v.Namespace, v.NextName[fam], claim, fam, ParseClassParams(v.Class).Pool))
-			p.Requeue = driverkit.Sooner(p.Requeue, v.NudgeAfter)
 			continue
 		}
 		ip, ok := ServedIP(s, fam)
 		if !ok {
-			nudge, wait := nudgeDue(s, v.Now, v.NudgeAfter, v.FailedAt[s.UID], v.MetallbPassed)
+			nudge, wait := provisioningNudgeDue(v, s, fam)
 			if nudge {
 				p.Nudge = append(p.Nudge, s)
+				if p.NudgeStamps == nil {
+					p.NudgeStamps = map[string]string{}
+				}
+				p.NudgeStamps[s.Name] = v.Pool[fam].Stamp
 			}
 			p.Requeue = driverkit.Sooner(p.Requeue, wait)
 			continue
@@ -108,6 +134,48 @@ func PlanProvision(v ProvisionView) ProvisionPlan {
 		p = p.settle(v, s, ip)
 	}
 	return p
+}
+
+// CreatesFor are the families for which PlanProvision creates a placeholder when the pool's
+// window has a slot: those the claim still misses with no placeholder kept or expected. The
+// reconciler asks the window for a slot for each, before it plans.
+func CreatesFor(v ProvisionView) []ipamv1.IPFamily {
+	if !needsProvisioning(v) {
+		return nil
+	}
+	kept := KeptPlaceholders(v)
+	var out []ipamv1.IPFamily
+	for _, fam := range driverkit.MissingFamilies(v.Claim, v.Have) {
+		if kept[fam] == nil && !v.PlaceholderExpected[fam] {
+			out = append(out, fam)
+		}
+	}
+	return out
+}
+
+// provisioningNudgeDue decides whether a placeholder MetalLB has not served is nudged now, and
+// when to look again. MetalLB does not retry an allocation it refused, so a nudge is what makes
+// it try again; but trying again is worth a write only when the pool may have room the
+// placeholder was refused without. So nothing is nudged while MetalLB counts the pool full, nor
+// while the pool is in the state the placeholder was created or last nudged in and MetalLB has
+// answered since (refused it) or been asked again already: a claim waiting on a full pool costs
+// no periodic write. The window's release brings the claim back when the pool's state changes.
+// Otherwise the general rule decides (nudgeDue: after a refusal, or after a silence that tells
+// of a lost report), with its back-off.
+func provisioningNudgeDue(v ProvisionView, s *corev1.Service, fam ipamv1.IPFamily) (bool, time.Duration) {
+	st := v.Pool[fam]
+	if st.Full {
+		return false, driverkit.MaxRecheck
+	}
+	if st.Stamp != "" && s.Annotations[AnnotationPoolState] == st.Stamp {
+		last := LastTouch(s)
+		failedAt := v.FailedAt[s.UID]
+		refused := !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second))
+		if refused || s.Annotations[AnnotationNudge] != "" {
+			return false, driverkit.MaxRecheck
+		}
+	}
+	return nudgeDue(s, v.Now, v.NudgeAfter, v.FailedAt[s.UID], v.MetallbPassed)
 }
 
 // planRetire decides the placeholders the claim does not need (any more), all but kept: a served
@@ -169,10 +237,21 @@ func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr)
 }
 
 // needsProvisioning: the claim asks this driver for an address of an accepted class, the one it
-// resolved to.
+// resolved to, that serves the claim's namespace and every family it asks for. (The core refuses
+// the others and takes their stamp back; until it has, a stamp provisions nothing: a family the
+// pool cannot serve would wait for ever, and half a Dual claim would hold an address for a claim
+// that can never be Bound.)
 func needsProvisioning(v ProvisionView) bool {
 	return v.Claim != nil && driverkit.NeedsProvisioning(v.Claim, Provisioner) && driverkit.ClassProvisions(v.Class, Provisioner) &&
-		v.Class.Name == driverkit.ClaimClass(v.Claim)
+		v.Class.Name == driverkit.ClaimClass(v.Claim) && ClassServesClaim(v.Class, v.Claim, v.NamespaceLabels)
+}
+
+// ClassServesClaim: the class serves the claim's namespace and every family it asks for, by what
+// the class says (its namespaceSelector) and what this driver reported (status.families,
+// status.servedNamespaces).
+func ClassServesClaim(class *ipamv1.IPAddressClass, claim *ipamv1.IPAddressClaim, nsLabels map[string]string) bool {
+	return len(driverkit.UnservedFamilies(class, claim)) == 0 &&
+		driverkit.RefusesNamespace(class, claim.Namespace, nsLabels) == driverkit.NamespaceAdmitted
 }
 
 // KeptPlaceholders are the placeholders that go on provisioning the claim's missing families:

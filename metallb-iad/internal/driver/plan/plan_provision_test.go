@@ -37,7 +37,8 @@ func pview(claim *ipamv1.IPAddressClaim, mods ...func(*ProvisionView)) Provision
 		PlaceholderExpected: map[ipamv1.IPFamily]bool{}, Addresses: map[string]*ipamv1.IPAddress{}, HoldOf: map[string]string{},
 		NextName: map[ipamv1.IPFamily]string{ipamv1.IPv4: ProvisioningName("claim-uid", ipamv1.IPv4, 0),
 			ipamv1.IPv6: ProvisioningName("claim-uid", ipamv1.IPv6, 0)},
-		Namespace: testDriverNS, Now: t0.Add(time.Second), NudgeAfter: 3 * time.Second}
+		Namespace: testDriverNS, Now: t0.Add(time.Second), NudgeAfter: 3 * time.Second,
+		MayCreate: map[ipamv1.IPFamily]bool{ipamv1.IPv4: true, ipamv1.IPv6: true}, Pool: map[ipamv1.IPFamily]PoolState{}}
 	for _, m := range mods {
 		m(&v)
 	}
@@ -189,6 +190,53 @@ func TestPlanProvision(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
+		{"the pool's window has no slot: no placeholder, the claim waits its turn", pview(stampedClaim(ipamv1.Dual), func(v *ProvisionView) {
+			v.MayCreate[ipamv1.IPv6] = false
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 1 || p.Create[0].Spec.IPFamilies[0] != corev1.IPv4Protocol ||
+				len(p.WaitForSlot) != 1 || p.WaitForSlot[0] != ipamv1.IPv6 || p.Requeue <= 0 || p.Requeue > time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"a placeholder records the pool's state it was created in", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "3/7", Free: 7}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Create) != 1 || p.Create[0].Annotations[AnnotationPoolState] != "3/7" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"refused by MetalLB, the pool full: no nudge, no write while it stays full", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Now = t0.Add(time.Hour)
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/0", Full: true}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 0 || p.Requeue != time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"refused by MetalLB in the pool's present state: no nudge", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/2"
+			v.Now = t0.Add(time.Hour)
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/2", Free: 2}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 0 || p.Requeue != time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"refused by MetalLB, the pool changed since: nudged once, recording the new state", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/0"
+			v.Now = t0.Add(time.Hour)
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/1", Free: 1}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 1 || p.NudgeStamps[p.Nudge[0].Name] != "1/1" {
+				t.Fatalf("%+v", p)
+			}
+		}},
 		{"two placeholders for one family: the surplus goes", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
 			a, b := provisioning("claim-uid", ipamv1.IPv4), provisioning("claim-uid", ipamv1.IPv4)
 			b.Name = ProvisioningName("claim-uid", ipamv1.IPv4, 1)
@@ -200,5 +248,33 @@ func TestPlanProvision(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, PlanProvision(tc.view)) })
+	}
+}
+
+// MetalLB's count of a pool paces provisioning: no more placeholders wait than it counts free
+// addresses (but one), never more than the window, and a count MetalLB has not written (a
+// version before v0.15, or not yet) leaves the window alone.
+func TestProvisioningSlots(t *testing.T) {
+	pool := func(st metallb.IPAddressPoolStatus) *metallb.IPAddressPool {
+		return &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: st}
+	}
+	for _, tc := range []struct {
+		name  string
+		pool  *metallb.IPAddressPool
+		fam   ipamv1.IPFamily
+		state PoolState
+		slots int
+	}{
+		{"not counted", pool(metallb.IPAddressPoolStatus{}), ipamv1.IPv4, PoolState{Free: -1}, 32},
+		{"no pool", nil, ipamv1.IPv4, PoolState{Free: -1}, 32},
+		{"full: one, to ask MetalLB once it has room", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 8}), ipamv1.IPv4, PoolState{Stamp: "3/0", Full: true}, 1},
+		{"three free", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 5, AvailableIPv4: 3}), ipamv1.IPv4, PoolState{Stamp: "3/3", Free: 3}, 3},
+		{"more free than the window", pool(metallb.IPAddressPoolStatus{AvailableIPv6: 1 << 40}), ipamv1.IPv6, PoolState{Stamp: "3/1099511627776", Free: 1 << 40}, 32},
+		{"the other family is not counted", pool(metallb.IPAddressPoolStatus{AvailableIPv4: 3}), ipamv1.IPv6, PoolState{Free: -1}, 32},
+	} {
+		st := PoolStateOf(tc.pool, tc.fam)
+		if st != tc.state || ProvisioningSlots(st, DefaultProvisioningWindow) != tc.slots {
+			t.Errorf("%s: %+v, %d slots; want %+v, %d", tc.name, st, ProvisioningSlots(st, DefaultProvisioningWindow), tc.state, tc.slots)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
@@ -106,12 +107,21 @@ func inUseBy(message string) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, part := range strings.Split(message[i+len(marker):], ",") {
 		ns, name, ok := strings.Cut(strings.TrimSpace(part), "/")
-		if ok && ns != "" && name != "" {
-			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+			continue // not a Service's name: not MetalLB's words
+		}
+		if out = append(out, types.NamespacedName{Namespace: ns, Name: name}); len(out) == MaxNamesPerReport {
+			break
 		}
 	}
 	return out
 }
+
+// MaxNamesPerReport bounds the Services one report of MetalLB can name to the driver: each costs
+// a read of the apiserver (is it gone?), and a report in a tenant's namespace may be the tenant's
+// own writing. MetalLB names the Services sharing one address, which is one Service for the
+// addresses of this driver (only it pins them, and never shares them).
+const MaxNamesPerReport = 4
 
 // ReasonKeptByMetalLB (Held=False, and a Warning on the address): MetalLB refuses the hold
 // because it still counts the IP as used by a Service outside the driver's namespace that no

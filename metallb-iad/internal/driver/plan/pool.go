@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
@@ -83,4 +84,52 @@ func PoolSize(pool *metallb.IPAddressPool) float64 {
 	}
 	f, _ := new(big.Float).SetInt(total).Float64()
 	return f
+}
+
+// PoolState is what MetalLB says of a class's pool for one family (its status's counts), which a
+// provisioning placeholder's nudge decides from.
+type PoolState struct {
+	// Stamp names the pool's state: its generation and MetalLB's count of the family's free
+	// addresses; "" when MetalLB reports no count for the family. A placeholder records the
+	// stamp it was created or last nudged under (AnnotationPoolState): MetalLB does not retry an
+	// allocation it refused, and asking again is worth a write only once the pool has changed.
+	Stamp string
+	// Full: MetalLB counts no free address of the family in the pool.
+	Full bool
+	// Free is MetalLB's count of the family's free addresses; -1 when it reports none.
+	Free int64
+}
+
+// PoolStateOf reads a pool's state for a family from its status. MetalLB writes the counts as
+// soon as it loads the pool and after every assignment and release; a family with neither
+// assigned nor available addresses is one it has not counted (or the pool has none of).
+func PoolStateOf(pool *metallb.IPAddressPool, fam ipamv1.IPFamily) PoolState {
+	if pool == nil {
+		return PoolState{Free: -1}
+	}
+	assigned, available := pool.Status.AssignedIPv4, pool.Status.AvailableIPv4
+	if fam == ipamv1.IPv6 {
+		assigned, available = pool.Status.AssignedIPv6, pool.Status.AvailableIPv6
+	}
+	if assigned == 0 && available == 0 {
+		return PoolState{Free: -1}
+	}
+	return PoolState{Stamp: fmt.Sprintf("%d/%d", pool.Generation, available), Full: available <= 0, Free: max(available, 0)}
+}
+
+// DefaultProvisioningWindow is how many provisioning placeholders of one pool and family may wait
+// for MetalLB at a time, by default.
+const DefaultProvisioningWindow = 32
+
+// ProvisioningSlots is how many provisioning placeholders of a pool and family may wait for
+// MetalLB at once: the window, and no more than MetalLB counts free addresses, but always one, so
+// that MetalLB is asked once the pool has room (it does not retry on its own, and a count that
+// lags must not stop provisioning). Claims beyond it wait for their turn without a placeholder:
+// a waiting claim costs no Service, no cluster IP and no write.
+func ProvisioningSlots(st PoolState, window int) int {
+	n := window
+	if st.Free >= 0 && st.Free < int64(n) {
+		n = int(st.Free)
+	}
+	return max(n, 1)
 }

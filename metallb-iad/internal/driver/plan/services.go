@@ -49,8 +49,8 @@ func PlaceholderSpec(family ipamv1.IPFamily) corev1.ServiceSpec {
 
 // ProvisioningService is the placeholder that asks MetalLB for an address of the class's pool
 // for one family of a claim.
-func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily, pool string) *corev1.Service {
-	return &corev1.Service{
+func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily, pool, poolState string) *corev1.Service {
+	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: namespace,
@@ -63,6 +63,10 @@ func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, f
 		},
 		Spec: PlaceholderSpec(fam),
 	}
+	if poolState != "" {
+		s.Annotations[AnnotationPoolState] = poolState
+	}
+	return s
 }
 
 // HoldService is the placeholder that holds an existing address: pinned to its IP in the class's

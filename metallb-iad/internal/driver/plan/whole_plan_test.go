@@ -40,9 +40,18 @@ func TestPlanProvisionWholePlan(t *testing.T) {
 		want ProvisionPlan
 	}{
 		{"a stamped IPv4 claim: one placeholder, looked at again", pview(stampedClaim(ipamv1.IPv4)), ProvisionPlan{
-			Create:  []*corev1.Service{ProvisioningService(testDriverNS, ProvisioningName("claim-uid", ipamv1.IPv4, 0), stampedClaim(ipamv1.IPv4), ipamv1.IPv4, "p")},
+			Create:  []*corev1.Service{ProvisioningService(testDriverNS, ProvisioningName("claim-uid", ipamv1.IPv4, 0), stampedClaim(ipamv1.IPv4), ipamv1.IPv4, "p", "")},
 			Requeue: 3 * time.Second, // NudgeAfter: MetalLB is given that long before a look
 		}},
+		{"a stamped IPv4 claim, the pool's window full: nothing but a look a minute later", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.MayCreate[ipamv1.IPv4] = false
+		}), ProvisionPlan{WaitForSlot: []ipamv1.IPFamily{ipamv1.IPv4}, Requeue: time.Minute}},
+		{"a placeholder MetalLB refused on a full pool, an hour on: nothing but a look a minute later", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/0"
+			v.Now = t0.Add(time.Hour)
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/0", Full: true}
+		}), ProvisionPlan{Requeue: time.Minute}},
 	} {
 		if diff := cmp.Diff(tc.want, PlanProvision(tc.view), wholePlan); diff != "" {
 			t.Errorf("%s: plan (-want +got):\n%s", tc.name, diff)
