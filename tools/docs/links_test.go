@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 )
 
 // Every relative link in every Markdown file of the repository points at a file or directory
@@ -50,12 +49,13 @@ func TestEveryPageIsInTheREADMEIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := markdownSection(string(readme), "Documentation")
-	if section == "" {
+	doc := parsePage(string(readme))
+	section := doc.section(2, "Documentation")
+	if section == nil {
 		t.Fatal("README.md has no ## Documentation section")
 	}
 	indexed := map[string]bool{}
-	for _, l := range extractLinks(section) {
+	for _, l := range doc.linksUnder(section) {
 		p, _, _ := strings.Cut(l, "#")
 		indexed[path.Clean(p)] = true
 	}
@@ -147,7 +147,9 @@ func TestLinkCheckerCatchesBrokenLinks(t *testing.T) {
 	}
 	var got []string
 	for _, p := range problems {
-		got = append(got, p[strings.Index(p, "links ")+6:strings.Index(p, ":")])
+		_, target, _ := strings.Cut(p, " links ")
+		target, _, _ = strings.Cut(target, ": ")
+		got = append(got, target)
 	}
 	slices.Sort(got)
 	want := []string{"#nowhere", "docs/a.md#use-it", "docs/b.md", "docs/c.md"}
@@ -156,98 +158,64 @@ func TestLinkCheckerCatchesBrokenLinks(t *testing.T) {
 	}
 }
 
-func TestGitHubSlugs(t *testing.T) {
+// Heading anchors as GitHub computes them: from the heading's rendered text (markup, images and
+// HTML tags gone, escapes and entities resolved), lower-cased, punctuation other than '-' and
+// '_' dropped, spaces made hyphens; a repeated anchor gets -1, -2, ... and never one an earlier
+// heading has.
+func TestGitHubHeadingAnchors(t *testing.T) {
 	for in, want := range map[string]string{
-		"Use it on a Service":                       "use-it-on-a-service",
-		"`PoolNotSet`, `PoolNotFound`":              "poolnotset-poolnotfound",
-		"Parking (admission)":                       "parking-admission",
-		"local.sdn.cozystack.io/v1alpha1":           "localsdncozystackiov1alpha1",
-		"A [linked](x.md) *word* and snake_case":    "a-linked-word-and-snake_case",
-		"2026-12-01: benchmarks — MetalLB v0.15.2":  "2026-12-01-benchmarks--metallb-v0152",
-		"Chaos on MetalLB v0.16.1 (seed 941606543)": "chaos-on-metallb-v0161-seed-941606543",
+		"Use it on a Service":                                "use-it-on-a-service",
+		"`PoolNotSet`, `PoolNotFound`":                       "poolnotset-poolnotfound",
+		"Parking (admission)":                                "parking-admission",
+		"local.sdn.cozystack.io/v1alpha1":                    "localsdncozystackiov1alpha1",
+		"A [linked](x.md) *word* and snake_case":             "a-linked-word-and-snake_case",
+		"2026-12-01: benchmarks — MetalLB v0.15.2":           "2026-12-01-benchmarks--metallb-v0152",
+		"Chaos on MetalLB v0.16.1 (seed 941606543)":          "chaos-on-metallb-v0161-seed-941606543",
+		"Rock &amp; roll, `a &amp; b`":                       "rock--roll-a-amp-b",
+		`Escaped \*stars\* and \_under\_`:                    "escaped-stars-and-_under_",
+		"An ![icon](i.png) image and <code>html</code> tags": "an--image-and-html-tags",
+		"__Bold__ and _em_ words":                            "bold-and-em-words",
+		"Émigré naïve café ✓":                                "émigré-naïve-café-",
+		"See <https://example.com/x> now":                    "see-httpsexamplecomx-now",
+		"Ends with hashes ##":                                "ends-with-hashes",
 	} {
-		if got := githubSlug(in); got != want {
-			t.Errorf("slug(%q) = %q, want %q", in, got, want)
+		hs := parsePage("# " + in + "\n").headings()
+		if len(hs) != 1 || hs[0].anchor != want {
+			t.Errorf("anchor of %q = %+v, want %q", in, hs, want)
 		}
+	}
+	md := "# A\n\n## A\n\nSetext\n======\n\n## A-1\n\n## A\n"
+	var got []string
+	for _, h := range parsePage(md).headings() {
+		got = append(got, h.anchor)
+	}
+	if want := []string{"a", "a-1", "setext", "a-1-1", "a-2"}; !slices.Equal(got, want) {
+		t.Errorf("anchors %v, want %v", got, want)
+	}
+	// Headings inside code are not headings, and HTML anchors count.
+	if got := anchors("```\n# not a heading\n```\n\n<a name=\"Here\"></a>\n\n    # indented code\n"); !slices.Equal(got, []string{"here"}) {
+		t.Errorf("anchors %v, want [here]", got)
 	}
 }
 
-var (
-	inlineLink = regexp.MustCompile(`!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s>]*(?:\([^()\s]*\)[^()\s>]*)*)>?(?:\s+"[^"]*")?\s*\)`)
-	refDef     = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$`)
-	htmlLink   = regexp.MustCompile(`<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"`)
-	htmlAnchor = regexp.MustCompile(`<a\s[^>]*?(?:name|id)="([^"]*)"`)
-	urlScheme  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
-	atxHeading = regexp.MustCompile(`^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$`)
-)
-
-// extractLinks returns the targets of a Markdown text's links (inline, reference definitions and
-// HTML), leaving out code blocks and code spans.
-func extractLinks(md string) []string {
-	text := stripCodeSpans(stripFences(md))
-	var out []string
-	for _, re := range []*regexp.Regexp{inlineLink, refDef, htmlLink} {
-		for _, m := range re.FindAllStringSubmatch(text, -1) {
-			out = append(out, m[1])
-		}
-	}
-	return out
-}
-
-// stripCodeSpans drops inline code: a run of backquotes up to the next run of the same length.
-func stripCodeSpans(md string) string {
-	var b strings.Builder
-	for i := 0; i < len(md); {
-		if md[i] != '`' {
-			b.WriteByte(md[i])
-			i++
-			continue
-		}
-		n := 0
-		for i+n < len(md) && md[i+n] == '`' {
-			n++
-		}
-		fence := strings.Repeat("`", n)
-		end := -1
-		for j := i + n; j < len(md); {
-			k := strings.Index(md[j:], fence)
-			if k < 0 {
-				break
-			}
-			k += j
-			if (k+n >= len(md) || md[k+n] != '`') && (k == 0 || md[k-1] != '`') {
-				end = k
-				break
-			}
-			j = k + 1
-			for j < len(md) && md[j] == '`' {
-				j++
-			}
-		}
-		if end < 0 {
-			b.WriteString(fence) // no closing run: literal backquotes
-			i += n
-			continue
-		}
-		i = end + n
-	}
-	return b.String()
-}
+var urlScheme = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 
 // checkLinks checks the relative links of one Markdown file (slash path relative to root). It
-// returns a problem per broken link and how many relative links it checked.
+// returns a problem per broken link and how many distinct relative links it checked.
 func checkLinks(root, file string) ([]string, int, error) {
 	data, err := os.ReadFile(filepath.Join(root, file))
 	if err != nil {
 		return nil, 0, err
 	}
 	var problems []string
-	n := 0
-	for _, target := range extractLinks(string(data)) {
-		if target == "" || strings.HasPrefix(target, "//") || urlScheme.MatchString(target) {
-			continue // absolute URLs are not checked
+	checked := map[string]bool{}
+	for _, l := range parsePage(string(data)).links() {
+		target := l.target
+		if target == "" || strings.HasPrefix(target, "//") || urlScheme.MatchString(target) || checked[target] {
+			continue // absolute URLs are not checked, and a target once
 		}
-		n++
+		checked[target] = true
+		where := fmt.Sprintf("%s:%d", file, l.line)
 		p, frag, _ := strings.Cut(target, "#")
 		if u, err := url.PathUnescape(p); err == nil {
 			p = u
@@ -262,19 +230,19 @@ func checkLinks(root, file string) ([]string, int, error) {
 			dest = path.Clean(path.Join(path.Dir(file), p))
 		}
 		if dest == ".." || strings.HasPrefix(dest, "../") {
-			problems = append(problems, fmt.Sprintf("%s links %s: outside the repository", file, target))
+			problems = append(problems, fmt.Sprintf("%s links %s: outside the repository", where, target))
 			continue
 		}
 		info, err := os.Stat(filepath.Join(root, filepath.FromSlash(dest)))
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s links %s: %s does not exist", file, target, dest))
+			problems = append(problems, fmt.Sprintf("%s links %s: %s does not exist", where, target, dest))
 			continue
 		}
 		if frag == "" {
 			continue
 		}
 		if info.IsDir() || !strings.HasSuffix(dest, ".md") {
-			problems = append(problems, fmt.Sprintf("%s links %s: an anchor into %s, which is not a Markdown page", file, target, dest))
+			problems = append(problems, fmt.Sprintf("%s links %s: an anchor into %s, which is not a Markdown page", where, target, dest))
 			continue
 		}
 		page, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(dest)))
@@ -282,76 +250,8 @@ func checkLinks(root, file string) ([]string, int, error) {
 			return nil, 0, err
 		}
 		if !slices.Contains(anchors(string(page)), strings.ToLower(frag)) {
-			problems = append(problems, fmt.Sprintf("%s links %s: %s has no heading or anchor %q", file, target, dest, frag))
+			problems = append(problems, fmt.Sprintf("%s links %s: %s has no heading or anchor %q", where, target, dest, frag))
 		}
 	}
-	return problems, n, nil
-}
-
-// anchors lists the fragments a page answers to on GitHub: one per heading (a repeated heading
-// gets -1, -2, …), and the names and ids of its HTML anchors.
-func anchors(md string) []string {
-	var out []string
-	seen := map[string]int{}
-	for _, line := range strings.Split(stripFences(md), "\n") {
-		m := atxHeading.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		slug := githubSlug(m[2])
-		if k := seen[slug]; k > 0 {
-			out = append(out, fmt.Sprintf("%s-%d", slug, k))
-		} else {
-			out = append(out, slug)
-		}
-		seen[slug]++
-	}
-	for _, m := range htmlAnchor.FindAllStringSubmatch(md, -1) {
-		out = append(out, strings.ToLower(m[1]))
-	}
-	return out
-}
-
-var (
-	slugLink = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
-	slugHTML = regexp.MustCompile(`<[^>]+>`)
-)
-
-// githubSlug is the anchor GitHub gives a heading: its text without Markdown, lower-cased, every
-// character but letters, digits, spaces, hyphens and underscores dropped, spaces made hyphens.
-func githubSlug(heading string) string {
-	text := slugLink.ReplaceAllString(heading, "$1")
-	text = slugHTML.ReplaceAllString(text, "")
-	text = strings.NewReplacer("`", "", "*", "").Replace(text)
-	var b strings.Builder
-	for _, r := range strings.ToLower(strings.TrimSpace(text)) {
-		switch {
-		case r == ' ':
-			b.WriteRune('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-// markdownSection returns the text under the level-2 heading named title, up to the next level-2
-// heading.
-func markdownSection(md, title string) string {
-	lines := strings.Split(md, "\n")
-	start := -1
-	for i, l := range lines {
-		if strings.HasPrefix(l, "## ") {
-			if start >= 0 {
-				return strings.Join(lines[start:i], "\n")
-			}
-			if strings.TrimSpace(strings.TrimPrefix(l, "## ")) == title {
-				start = i + 1
-			}
-		}
-	}
-	if start < 0 {
-		return ""
-	}
-	return strings.Join(lines[start:], "\n")
+	return problems, len(checked), nil
 }

@@ -97,79 +97,21 @@ var (
 	wordRE = regexp.MustCompile(`[a-z0-9]+(?:'[a-z0-9]+)*`)
 	// A token with a dot, slash, underscore, colon or equals sign between letters or digits is an
 	// identifier (metallb.io/address-pool, spec.loadBalancerIP, system:masters), not prose.
-	identRE   = regexp.MustCompile(`[A-Za-z0-9][./_:=][A-Za-z0-9]`)
-	linkRE    = regexp.MustCompile(`\]\([^)\s]*\)`)
-	htmlTagRE = regexp.MustCompile(`<[^<>\n]+>`)
+	identRE = regexp.MustCompile(`[A-Za-z0-9][./_:=][A-Za-z0-9]`)
 )
 
 // brk separates words that are not adjacent in the text (either side of a fenced block).
 var brk = word{w: "\x00"}
 
-// words splits a text into normalised words. In Markdown, fenced blocks become breaks, link
-// targets and HTML tags are dropped, and words of code spans are marked as code.
+// words splits a text into normalised words. Markdown is parsed (markdownWords): code blocks
+// become breaks, link targets and HTML tags are dropped, and words of code spans are marked as
+// code.
 func words(text string, markdown bool) []word {
 	text = strings.NewReplacer("’", "'", "‘", "'", "&nbsp;", " ", "&amp;", "&").Replace(text)
 	if !markdown {
 		return splitWords(text, 1, false)
 	}
-	var out []word
-	lines := strings.Split(text, "\n")
-	for i := 0; i < len(lines); {
-		t := strings.TrimSpace(lines[i])
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			j := i + 1
-			for j < len(lines) && !strings.HasPrefix(strings.TrimSpace(lines[j]), t[:3]) {
-				j++
-			}
-			out = append(out, brk)
-			i = j + 1
-			continue
-		}
-		// The lines up to the next fence, code spans found across their line breaks.
-		j := i
-		for j < len(lines) {
-			u := strings.TrimSpace(lines[j])
-			if strings.HasPrefix(u, "```") || strings.HasPrefix(u, "~~~") {
-				break
-			}
-			j++
-		}
-		out = append(out, markdownWords(strings.Join(lines[i:j], "\n"), i+1)...)
-		i = j
-	}
-	return out
-}
-
-// markdownWords splits Markdown without fences, marking the words of code spans. A code span
-// is a run of backquotes up to the next run of the same length within the paragraph.
-func markdownWords(md string, firstLine int) []word {
-	md = linkRE.ReplaceAllStringFunc(md, func(s string) string { return "]" + strings.Repeat("\n", strings.Count(s, "\n")) })
-	md = htmlTagRE.ReplaceAllString(md, " ")
-	var out []word
-	line := firstLine
-	for len(md) > 0 {
-		i := strings.IndexByte(md, '`')
-		if i < 0 {
-			out = append(out, splitWords(md, line, false)...)
-			break
-		}
-		out = append(out, splitWords(md[:i], line, false)...)
-		line += strings.Count(md[:i], "\n")
-		n := 0
-		for i+n < len(md) && md[i+n] == '`' {
-			n++
-		}
-		rest := md[i+n:]
-		end := strings.Index(rest, strings.Repeat("`", n))
-		if para := strings.Index(rest, "\n\n"); end < 0 || (para >= 0 && para < end) {
-			md = rest // an unmatched run of backquotes is literal text
-			continue
-		}
-		out = append(out, splitWords(rest[:end], line, true)...)
-		line += strings.Count(rest[:end], "\n")
-		md = rest[end+n:]
-	}
-	return out
+	return markdownWords(text)
 }
 
 // splitWords normalises the words of plain text starting at the given line.

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	mdast "github.com/yuin/goldmark/ast"
 )
 
 // The modules whose controllers emit condition reasons and events.
@@ -292,18 +295,38 @@ func emittedReasons(root string) (map[string][]string, error) {
 	return out, nil
 }
 
-// An entry of the troubleshooting page is a heading that names reasons in backquotes:
-// "### `ClaimNotReady`", or several, "### `PoolNotSet`, `PoolNotFound`".
-var (
-	entryHeading = regexp.MustCompile("(?m)^#{2,4} +(.*)$")
-	quotedName   = regexp.MustCompile("`([A-Z][A-Za-z0-9]*)`")
-)
+// An entry of the troubleshooting page is a heading of level 2 to 4 that names reasons in code
+// spans: "### `ClaimNotReady`", or several, "### `PoolNotSet`, `PoolNotFound`".
+var quotedName = regexp.MustCompile("^[A-Z][A-Za-z0-9]*$")
 
-func documentedReasons(page string) map[string]bool {
+// entries returns the troubleshooting page's entry headings, each with the reasons it names.
+func entries(p *page) []entry {
+	var out []entry
+	for _, h := range p.headings() {
+		if h.level < 2 || h.level > 4 {
+			continue
+		}
+		e := entry{heading: h}
+		for _, c := range p.codeSpans(h.node) {
+			if quotedName.MatchString(c) {
+				e.reasons = append(e.reasons, c)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+type entry struct {
+	heading
+	reasons []string
+}
+
+func documentedReasons(md string) map[string]bool {
 	out := map[string]bool{}
-	for _, h := range entryHeading.FindAllStringSubmatch(stripFences(page), -1) {
-		for _, m := range quotedName.FindAllStringSubmatch(h[1], -1) {
-			out[m[1]] = true
+	for _, e := range entries(parsePage(md)) {
+		for _, r := range e.reasons {
+			out[r] = true
 		}
 	}
 	return out
@@ -329,24 +352,6 @@ func staleEntries(emitted map[string][]string, documented map[string]bool) []str
 	}
 	sort.Strings(out)
 	return out
-}
-
-// stripFences blanks fenced code blocks, whose lines are not headings.
-func stripFences(md string) string {
-	lines := strings.Split(md, "\n")
-	in := false
-	for i, l := range lines {
-		t := strings.TrimSpace(l)
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			in = !in
-			lines[i] = ""
-			continue
-		}
-		if in {
-			lines[i] = ""
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 const tenantGuide = "docs/tenant-guide.md"
@@ -398,31 +403,31 @@ func TestTenantGuideCheckCatchesAMissingReason(t *testing.T) {
 var tenantWord = regexp.MustCompile(`\btenant\b`)
 
 // tenantEntries returns the reasons of the troubleshooting entries whose audience line (the
-// italic text that opens an entry: "*Warning event on a Service · tenant.*") names a tenant.
-func tenantEntries(page string) []string {
-	page = stripFences(page)
-	heads := entryHeading.FindAllStringSubmatchIndex(page, -1)
+// emphasis that opens an entry: "*Warning event on a Service · tenant.*") names a tenant. An
+// entry whose first emphasis is strong ("**Cause.**") has no audience line.
+func tenantEntries(md string) []string {
+	p := parsePage(md)
 	var out []string
-	for i, h := range heads {
-		end := len(page)
-		if i+1 < len(heads) {
-			end = heads[i+1][0]
+	for _, e := range entries(p) {
+		var first *mdast.Emphasis
+		for n := e.node.NextSibling(); n != nil && first == nil; n = n.NextSibling() {
+			if h, ok := n.(*mdast.Heading); ok && h.Level >= 2 && h.Level <= 4 {
+				break
+			}
+			_ = mdast.Walk(n, func(c mdast.Node, entering bool) (mdast.WalkStatus, error) {
+				if em, ok := c.(*mdast.Emphasis); ok && entering {
+					first = em
+					return mdast.WalkStop, nil
+				}
+				return mdast.WalkContinue, nil
+			})
 		}
-		body := page[h[1]:end]
-		open := strings.Index(body, "*")
-		if open < 0 || strings.HasPrefix(body[open:], "**") {
+		if first == nil || first.Level != 1 {
 			continue
 		}
-		closing := strings.Index(body[open+1:], "*")
-		if closing < 0 {
-			continue
-		}
-		_, audience, ok := strings.Cut(body[open+1:open+1+closing], "·")
-		if !ok || !tenantWord.MatchString(audience) {
-			continue
-		}
-		for _, m := range quotedName.FindAllStringSubmatch(page[h[2]:h[3]], -1) {
-			out = append(out, m[1])
+		_, audience, ok := strings.Cut(p.plainText(first), "·")
+		if ok && tenantWord.MatchString(audience) {
+			out = append(out, e.reasons...)
 		}
 	}
 	sort.Strings(out)
@@ -431,9 +436,16 @@ func tenantEntries(page string) []string {
 
 // unlinkedReasons are the reasons the guide has no link to docs/troubleshooting.md#<reason> for.
 func unlinkedReasons(reasons []string, guide string) []string {
+	linked := map[string]bool{}
+	for _, l := range parsePage(guide).links() {
+		p, frag, _ := strings.Cut(l.target, "#")
+		if path.Base(p) == "troubleshooting.md" {
+			linked[strings.ToLower(frag)] = true
+		}
+	}
 	var out []string
 	for _, r := range reasons {
-		if !strings.Contains(guide, "troubleshooting.md#"+strings.ToLower(r)+")") {
+		if !linked[strings.ToLower(r)] {
 			out = append(out, r)
 		}
 	}

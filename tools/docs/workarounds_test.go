@@ -8,7 +8,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/yuin/goldmark/ast"
+	extast "github.com/yuin/goldmark/extension/ast"
 )
+
+// behavioursHeading is the heading of metallb-iad/README.md's table of MetalLB behaviours.
+const behavioursHeading = "MetalLB behaviours the driver answers"
+
+var testName = regexp.MustCompile(`^Test[A-Za-z0-9_]+$`)
 
 // Every test metallb-iad/README.md's table of MetalLB behaviours names exists, so the table
 // cannot point at a test that was renamed or removed.
@@ -18,17 +26,16 @@ func TestWorkaroundTableNamesRealTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := strings.Index(string(readme), "### MetalLB behaviours the driver answers")
-	if start < 0 {
+	doc := parsePage(string(readme))
+	section := doc.section(3, behavioursHeading)
+	if section == nil {
 		t.Fatal("metallb-iad/README.md has no table of MetalLB behaviours")
 	}
-	section := string(readme[start:])
-	if end := strings.Index(section[4:], "\n### "); end >= 0 {
-		section = section[:end+4]
-	}
 	named := map[string]bool{}
-	for _, m := range regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(section, -1) {
-		named[m[1]] = false
+	for _, c := range doc.codeSpans(section...) {
+		if testName.MatchString(c) {
+			named[c] = false
+		}
 	}
 	if len(named) < 10 {
 		t.Fatalf("the table names only %d tests", len(named))
@@ -85,41 +92,52 @@ func TestWorkaroundTableRowsHaveBehaviourTests(t *testing.T) {
 	if len(defined) == 0 {
 		t.Fatal("e2e/metallb_behaviour_test.go defines no TestMetalLB… test")
 	}
-	section := string(readme)
-	start := strings.Index(section, "### MetalLB behaviours the driver answers")
-	if start < 0 {
+	doc := parsePage(string(readme))
+	var table *extast.Table
+	for _, n := range doc.section(3, behavioursHeading) {
+		if tb, ok := n.(*extast.Table); ok && table == nil {
+			table = tb
+		}
+	}
+	if table == nil {
 		t.Fatal("metallb-iad/README.md has no table of MetalLB behaviours")
 	}
-	section = section[start:]
 	rows := 0
-	for _, line := range strings.Split(section, "\n")[1:] {
-		if strings.HasPrefix(line, "### ") {
-			break
+	for r := table.FirstChild(); r != nil; r = r.NextSibling() {
+		if _, ok := r.(*extast.TableRow); !ok {
+			continue // the header
 		}
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| MetalLB behaviour") {
-			continue
+		var cells []ast.Node
+		for c := r.FirstChild(); c != nil; c = c.NextSibling() {
+			cells = append(cells, c)
 		}
-		cells := strings.Split(strings.Trim(line, "|"), " | ")
 		if len(cells) != 5 {
-			t.Errorf("row with %d cells, want 5: %s", len(cells), line)
+			t.Errorf("row with %d cells, want 5: %s", len(cells), doc.plainText(r))
 			continue
 		}
 		rows++
-		gone := strings.HasPrefix(strings.TrimSpace(cells[0]), "*Gone")
-		tests := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(cells[3], -1)
+		behaviour := doc.plainText(cells[0])
+		em, _ := cells[0].FirstChild().(*ast.Emphasis)
+		gone := em != nil && strings.HasPrefix(doc.plainText(em), "Gone")
+		var tests []string
+		for _, c := range doc.codeSpans(cells[3]) {
+			if testName.MatchString(c) {
+				tests = append(tests, c)
+			}
+		}
 		switch {
 		case gone && len(tests) > 0:
-			t.Errorf("a gone behaviour names a behaviour test: %s", cells[0])
+			t.Errorf("a gone behaviour names a behaviour test: %s", behaviour)
 		case !gone && len(tests) == 0:
-			t.Errorf("no behaviour test for: %s", cells[0])
-		case !gone && !strings.Contains(cells[1], "v0.16"):
-			t.Errorf("a live behaviour does not say it is in the MetalLB Cozystack ships (v0.16.1): %s", cells[0])
+			t.Errorf("no behaviour test for: %s", behaviour)
+		case !gone && !strings.Contains(doc.plainText(cells[1]), "v0.16"):
+			t.Errorf("a live behaviour does not say it is in the MetalLB Cozystack ships (v0.16.1): %s", behaviour)
 		}
-		for _, m := range tests {
-			if _, ok := defined[m[1]]; !ok {
-				t.Errorf("behaviour test %s is not a TestMetalLB… test of e2e/metallb_behaviour_test.go (row: %s)", m[1], cells[0])
+		for _, name := range tests {
+			if _, ok := defined[name]; !ok {
+				t.Errorf("behaviour test %s is not a TestMetalLB… test of e2e/metallb_behaviour_test.go (row: %s)", name, behaviour)
 			} else {
-				defined[m[1]] = true
+				defined[name] = true
 			}
 		}
 	}

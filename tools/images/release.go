@@ -283,3 +283,110 @@ func PinOutOfTree(root, ref string) error {
 	}
 	return writeAtomic(path, []byte(text))
 }
+
+// PackagesVersionVar is the variable of each packages/system/<name>/Makefile that names the
+// release the package carries: the chart version its update target pulls and the source its
+// image target builds. `make release` (images publish) writes the release into it before it
+// pushes the packages artifact, so the artifact and the tagged commit name their own release.
+const PackagesVersionVar = "RESERVED_IPS_VERSION"
+
+var packagesVersionLine = regexp.MustCompile(`(?m)^(` + PackagesVersionVar + ` \?= *)(\S*)[ \t]*$`)
+
+// packageMakefiles lists packages/system/*/Makefile.
+func packageMakefiles(root string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "packages", "system", "*", "Makefile"))
+	if err == nil && len(files) == 0 {
+		err = fmt.Errorf("no packages/system/*/Makefile under %s", root)
+	}
+	return files, err
+}
+
+// PackagesVersions returns the release each package's Makefile names, by the Makefile's path
+// relative to root.
+func PackagesVersions(root string) (map[string]string, error) {
+	files, err := packageMakefiles(root)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		rel, _ := filepath.Rel(root, f)
+		m := packagesVersionLine.FindAllSubmatch(data, -1)
+		if len(m) != 1 {
+			return nil, fmt.Errorf("%s: want one %q line, found %d", rel, PackagesVersionVar+" ?= ...", len(m))
+		}
+		out[filepath.ToSlash(rel)] = string(m[0][2])
+	}
+	return out, nil
+}
+
+// PinPackagesVersion writes version into the PackagesVersionVar line of every package's Makefile.
+func PinPackagesVersion(root, version string) error {
+	if _, err := PackagesVersions(root); err != nil {
+		return err
+	}
+	files, _ := packageMakefiles(root)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		out := packagesVersionLine.ReplaceAll(data, []byte("${1}"+escapeRepl(version)))
+		if string(out) != string(data) {
+			if err := writeAtomic(f, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// OutOfTreeVersion returns the release the out-of-tree file installs: the tag of its
+// OCIRepository of the packages artifact.
+func OutOfTreeVersion(root string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, OutOfTreeFile))
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		var o struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Ref struct {
+					Tag string `json:"tag"`
+				} `json:"ref"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			return "", fmt.Errorf("%s: %w", OutOfTreeFile, err)
+		}
+		if o.Kind == "OCIRepository" && o.Spec.Ref.Tag != "" {
+			return o.Spec.Ref.Tag, nil
+		}
+	}
+	return "", fmt.Errorf("%s has no OCIRepository with a tag", OutOfTreeFile)
+}
+
+// StalePackagesVersion lists the packages whose Makefile names another release than the one the
+// checkout carries (the out-of-tree file's, which `make release` pins with the same version).
+func StalePackagesVersion(root string) ([]string, error) {
+	want, err := OutOfTreeVersion(root)
+	if err != nil {
+		return nil, err
+	}
+	have, err := PackagesVersions(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range slices.Sorted(maps.Keys(have)) {
+		if have[f] != want {
+			out = append(out, fmt.Sprintf("%s: %s is %s, want %s, the release %s names (make release writes both)", f, PackagesVersionVar, have[f], want, OutOfTreeFile))
+		}
+	}
+	return out, nil
+}

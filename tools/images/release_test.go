@@ -191,7 +191,7 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 	run(t, dir, nil, "go", "run", "./tools/cmd/images", "check")
 	run(t, dir, []string{"GOFLAGS=-buildvcs=false -trimpath"}, "go", "test", "-count=1",
 		"-run", "TestShippedImagesAreDerivedEverywhere|TestPackageWrappers|TestPackageImagesReadsTheShippedReferences|TestChart|"+
-			"TestWrappers|TestVendoredChartsAreFresh|TestChartDocsAreFresh",
+			"TestWrappers|TestVendoredChartsAreFresh|TestChartDocsAreFresh|TestPackagesNameTheCheckoutsRelease",
 		"./tools/images/", "./tools/charts/", "./tools/mirror/")
 
 	// Commit and tag: the tag points at the commit whose packages name the pushed digests.
@@ -204,6 +204,14 @@ func TestMakeReleaseOutputPassesTheRepositorysTests(t *testing.T) {
 	}
 	if !strings.Contains(git(t, dir, "show", "v0.0.0-rc.1:"+OutOfTreeFile), "tag: v0.0.0-rc.1") {
 		t.Errorf("%s at the tag is not pinned to the release", OutOfTreeFile)
+	}
+	// The packages' Makefiles name the release, so the packages artifact and the tagged commit
+	// pull that release's charts and build its source.
+	for _, img := range Images {
+		f := "packages/system/" + img.Name + "/Makefile"
+		if !strings.Contains(git(t, dir, "show", "v0.0.0-rc.1:"+f), "\n"+PackagesVersionVar+" ?= v0.0.0-rc.1\n") {
+			t.Errorf("%s at the tag does not name the release in %s", f, PackagesVersionVar)
+		}
 	}
 	for _, f := range []string{"images.yaml", "packages/system/metallb-iad/values.yaml", "charts/metallb-iad/values.yaml"} {
 		text := git(t, dir, "show", "v0.0.0-rc.1:"+f)

@@ -61,16 +61,18 @@ func WriteShipped(root string, s Shipped) error {
 }
 
 // DerivedFiles lists every place (that exists) derived from images.yaml: the packages' wrapper
-// values and the charts vendored into them, the charts' values and READMEs, the top README and
-// the docs.
+// values and the charts vendored into them, the charts' values, READMEs and the README templates
+// helm-docs renders them from, the top README and the docs.
 func DerivedFiles(root string) ([]string, error) {
 	var out []string
 	for _, pattern := range []string{
 		"packages/system/*/values.yaml",
 		"packages/system/*/charts/*/values.yaml",
 		"packages/system/*/charts/*/README.md",
+		"packages/system/*/charts/*/README.md.gotmpl",
 		"charts/*/values.yaml",
 		"charts/*/README.md",
+		"charts/*/README.md.gotmpl",
 		"README.md",
 		"docs/*.md",
 	} {

@@ -64,7 +64,7 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 	// any other ref before it builds or pushes anything. make test builds the images for one
 	// platform, so the release tests them for all before it builds what it pushes.
 	for _, step := range []string{"sigstore/cosign-installer", `[[ "$GITHUB_REF" == refs/heads/main ]] || {`, `git config user.name`, "make test-images-all-platforms", "make release REGISTRY=", "cosign sign --yes",
-		"cosign attest --yes --type spdxjson", "make release-commit", `git push origin "refs/tags/$VERSION"`, "gh pr create"} {
+		"cosign attest --yes --type spdxjson", "make release-commit", `git push origin "refs/tags/$VERSION"`, "gh pr create", `gh release create "$VERSION" --draft --verify-tag`} {
 		i := strings.Index(all, step)
 		if i < 0 {
 			t.Fatalf("the release workflow lacks %q", step)
@@ -73,6 +73,14 @@ func TestReleaseWorkflowOrder(t *testing.T) {
 			t.Fatalf("%q runs out of order", step)
 		}
 		last = i
+	}
+
+	// The files make release writes beside the pushed artifacts reach the draft release; the
+	// runner's bin/release is gone after the run.
+	for _, f := range []string{"bin/release/release-notes.md", "bin/release/images.txt", "bin/release/charts.txt", "bin/release/hauler.yaml", "bin/release/*.tgz"} {
+		if !strings.Contains(all[strings.Index(all, "gh release create"):], f) {
+			t.Errorf("the draft release does not carry %s", f)
+		}
 	}
 
 	// The pull request gets checks: opened with RELEASE_TOKEN when the secret exists (GitHub

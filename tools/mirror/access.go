@@ -57,14 +57,14 @@ func newSession(a Access) (*session, error) {
 	if a.CAFile != "" {
 		pem, err := os.ReadFile(a.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading -ca-file: %w", err)
+			return nil, fmt.Errorf("reading --ca-file: %w", err)
 		}
 		roots, err := x509.SystemCertPool()
 		if err != nil || roots == nil {
 			roots = x509.NewCertPool()
 		}
 		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-ca-file %s holds no PEM certificate", a.CAFile)
+			return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", a.CAFile)
 		}
 		s.roots = roots
 	}
@@ -82,7 +82,7 @@ func newSession(a Access) (*session, error) {
 func readAuthFile(path string) (map[string]authn.AuthConfig, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading -authfile: %w", err)
+		return nil, fmt.Errorf("reading --authfile: %w", err)
 	}
 	var f struct {
 		Auths map[string]struct {
@@ -93,7 +93,7 @@ func readAuthFile(path string) (map[string]authn.AuthConfig, error) {
 		} `json:"auths"`
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("-authfile %s: %w", path, err)
+		return nil, fmt.Errorf("--authfile %s: %w", path, err)
 	}
 	out := map[string]authn.AuthConfig{}
 	for host, e := range f.Auths {
@@ -101,11 +101,11 @@ func readAuthFile(path string) (map[string]authn.AuthConfig, error) {
 		if e.Auth != "" {
 			raw, err := base64.StdEncoding.DecodeString(e.Auth)
 			if err != nil {
-				return nil, fmt.Errorf("-authfile %s: the auth of %s is not base64: %w", path, host, err)
+				return nil, fmt.Errorf("--authfile %s: the auth of %s is not base64: %w", path, host, err)
 			}
 			user, pass, ok := strings.Cut(string(raw), ":")
 			if !ok {
-				return nil, fmt.Errorf("-authfile %s: the auth of %s is not user:password", path, host)
+				return nil, fmt.Errorf("--authfile %s: the auth of %s is not user:password", path, host)
 			}
 			c.Username, c.Password = user, pass
 		}
@@ -125,7 +125,7 @@ func (s *session) hostIn(list []string, host string) bool {
 	return false
 }
 
-// Resolve implements authn.Keychain: -creds, then -authfile, then the Docker config.
+// Resolve implements authn.Keychain: Creds, then AuthFile, then the Docker config.
 func (s *session) Resolve(r authn.Resource) (authn.Authenticator, error) {
 	host := r.RegistryStr()
 	if c, ok := s.access.Creds[host]; ok {
@@ -212,7 +212,7 @@ func (s *session) parseRepo(repo string) (name.Repository, error) {
 	return name.NewRepository(repo, s.nameOptions(r.RegistryStr())...)
 }
 
-// scheme is the scheme references to host use: https unless -plain-http or a local address.
+// scheme is the scheme references to host use: https unless --plain-http or a local address.
 func (s *session) scheme(host string) string {
 	r, err := name.NewRegistry(host, s.nameOptions(host)...)
 	if err != nil {
@@ -235,13 +235,13 @@ func (s *session) explain(host string, err error) error {
 		hint := ""
 		switch {
 		case te.StatusCode == http.StatusUnauthorized:
-			hint = "credentials missing or wrong: pass -creds or -authfile, or log in with docker/podman"
+			hint = "credentials missing or wrong: give credentials in MIRROR_CREDS or with --creds-stdin, or --authfile, or log in with docker/podman"
 		case te.StatusCode == http.StatusForbidden:
 			hint = "the credentials are not allowed this: check their scope on the registry"
 		case te.StatusCode == http.StatusNotFound:
 			hint = "not found: check the repository and digest"
 		case te.StatusCode >= 500:
-			hint = fmt.Sprintf("server error (tried %d times; -retries raises that)", s.access.Retries+1)
+			hint = fmt.Sprintf("server error (tried %d times; --retries raises that)", s.access.Retries+1)
 		}
 		msg := fmt.Sprintf("registry %s answered HTTP %d %s", host, te.StatusCode, http.StatusText(te.StatusCode))
 		if hint != "" {
@@ -254,9 +254,9 @@ func (s *session) explain(host string, err error) error {
 	var hostname x509.HostnameError
 	switch {
 	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &hostname), strings.Contains(err.Error(), "x509:"):
-		return fmt.Errorf("registry %s: its TLS certificate is not trusted: pass -ca-file with its CA, or -insecure %s to skip verification (%w)", host, host, err)
+		return fmt.Errorf("registry %s: its TLS certificate is not trusted: pass --ca-file with its CA, or --insecure %s to skip verification (%w)", host, host, err)
 	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") && s.scheme(host) == "https":
-		return fmt.Errorf("registry %s speaks plain HTTP: pass -plain-http %s (%w)", host, host, err)
+		return fmt.Errorf("registry %s speaks plain HTTP: pass --plain-http %s (%w)", host, host, err)
 	case strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no such host"):
 		return fmt.Errorf("registry %s cannot be reached (%w)", host, err)
 	}

@@ -56,7 +56,7 @@ func TestRealRegistryTLSAndBasicAuth(t *testing.T) {
 		access Access
 		want   string
 	}{
-		{"untrusted certificate", Access{Resolve: resolve, Creds: creds}, "registry " + reg.Host + ": its TLS certificate is not trusted: pass -ca-file"},
+		{"untrusted certificate", Access{Resolve: resolve, Creds: creds}, "registry " + reg.Host + ": its TLS certificate is not trusted: pass --ca-file"},
 		{"no credentials", Access{Resolve: resolve, CAFile: reg.CAFile}, "registry " + reg.Host + " answered HTTP 401 Unauthorized: credentials missing or wrong"},
 		{"wrong password", Access{Resolve: resolve, CAFile: reg.CAFile, Creds: map[string]authn.AuthConfig{reg.Host: {Username: regUser, Password: "nope"}}},
 			"registry " + reg.Host + " answered HTTP 401"},
@@ -69,12 +69,12 @@ func TestRealRegistryTLSAndBasicAuth(t *testing.T) {
 		})
 	}
 
-	// -insecure skips verification (credentials still needed); with the CA and credentials it
+	// --insecure skips verification (credentials still needed); with the CA and credentials it
 	// copies, attachments included, and verifies.
 	res, err := Mirror(ctx, map[string]string{"address-controller": images["address-controller"]},
 		Options{Dest: dest, Access: Access{Resolve: resolve, Insecure: []string{reg.Host}, Creds: creds}})
 	if err != nil || len(res) != 1 || !res[0].Copied {
-		t.Fatalf("-insecure: %+v, %v", res, err)
+		t.Fatalf("--insecure: %+v, %v", res, err)
 	}
 	good := Access{Resolve: resolve, CAFile: reg.CAFile, Creds: creds}
 	res, err = Mirror(ctx, images, Options{Dest: dest, Access: good})
@@ -88,7 +88,7 @@ func TestRealRegistryTLSAndBasicAuth(t *testing.T) {
 	_ = os.WriteFile(authFile, []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte(regUser+":"+regPass))+`"}}}`), 0o600)
 	res, err = Mirror(ctx, images, Options{Dest: dest, KeepPath: true, Access: Access{Resolve: resolve, CAFile: reg.CAFile, AuthFile: authFile}})
 	if err != nil || len(res) != 2 || !strings.HasPrefix(res[0].Dest, dest+"/cozystack/address-controller:v1@") {
-		t.Fatalf("-authfile and -keep-path: %+v, %v", res, err)
+		t.Fatalf("--authfile and --keep-path: %+v, %v", res, err)
 	}
 
 	// 404 from the real registry names it; the other image is still copied.
@@ -121,8 +121,8 @@ func TestRealRegistryPlainHTTP(t *testing.T) {
 	want := attach(t, images["metallb-iad"])
 
 	_, err := Mirror(ctx, images, Options{Dest: reg.Host + "/cozystack", Access: Access{Resolve: resolve}})
-	if err == nil || !strings.Contains(err.Error(), "registry "+reg.Host+" speaks plain HTTP: pass -plain-http "+reg.Host) {
-		t.Fatalf("without -plain-http: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "registry "+reg.Host+" speaks plain HTTP: pass --plain-http "+reg.Host) {
+		t.Fatalf("without --plain-http: %v", err)
 	}
 	access := Access{Resolve: resolve, PlainHTTP: []string{reg.Host}}
 	res, err := Mirror(ctx, images, Options{Dest: reg.Host + "/cozystack", Access: access})

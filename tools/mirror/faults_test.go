@@ -15,7 +15,7 @@ import (
 )
 
 // The real registry behind a proxy that injects 403 and 503 answers: copy, save and load name
-// the registry and the status, retry 5xx as asked, and a single-platform image and -no-referrers
+// the registry and the status, retry 5xx as asked, and a single-platform image and --no-referrers
 // behave against a real registry as they do against the in-process one.
 func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 		}
 	})
 
-	t.Run("503 twice, then served: -retries 3 gets through", func(t *testing.T) {
+	t.Run("503 twice, then served: --retries 3 gets through", func(t *testing.T) {
 		defer proxy.Reset()
 		proxy.Fail("", "/v2/retried/address-controller/manifests/", http.StatusServiceUnavailable, 2)
 		res, err := Mirror(ctx, map[string]string{"address-controller": multi}, with(fast(3), host+"/retried"))
@@ -58,7 +58,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 		checkAttachments(t, res[0].Dest, wantMulti)
 	})
 
-	t.Run("503 with -retries 0 fails naming the registry and the status", func(t *testing.T) {
+	t.Run("503 with --retries 0 fails naming the registry and the status", func(t *testing.T) {
 		defer proxy.Reset()
 		proxy.Fail("", "/v2/unretried/", http.StatusServiceUnavailable, -1)
 		_, err := Mirror(ctx, map[string]string{"address-controller": multi}, with(fast(0), host+"/unretried"))
@@ -71,7 +71,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 		}
 	})
 
-	t.Run("-no-referrers copies no attachment", func(t *testing.T) {
+	t.Run("--no-referrers copies no attachment", func(t *testing.T) {
 		o := with(fast(0), host+"/bare")
 		o.NoReferrers = true
 		res, err := Mirror(ctx, map[string]string{"address-controller": multi}, o)
@@ -84,12 +84,12 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 		}
 		for _, h := range wantMulti {
 			if _, err := remote.Head(d.Context().Digest(h.String())); err == nil {
-				t.Errorf("-no-referrers copied attachment %s", h)
+				t.Errorf("--no-referrers copied attachment %s", h)
 			}
 		}
 		for _, suffix := range []string{"sig", "att"} {
 			if _, err := remote.Head(d.Context().Tag(strings.Replace(d.DigestStr(), ":", "-", 1) + "." + suffix)); err == nil {
-				t.Errorf("-no-referrers copied the .%s tag", suffix)
+				t.Errorf("--no-referrers copied the .%s tag", suffix)
 			}
 		}
 		refs, err := remote.Referrers(d)
@@ -97,7 +97,7 @@ func TestRealRegistryThroughFaultyProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		if m, _ := refs.IndexManifest(); len(m.Manifests) != 0 {
-			t.Errorf("-no-referrers copied referrers: %+v", m.Manifests)
+			t.Errorf("--no-referrers copied referrers: %+v", m.Manifests)
 		}
 	})
 

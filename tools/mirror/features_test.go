@@ -118,7 +118,7 @@ func TestMirrorCopiesSignaturesAttestationsAndSBOMs(t *testing.T) {
 		t.Fatalf("second run %+v, %v", res, err)
 	}
 
-	// -no-referrers copies the image alone.
+	// --no-referrers copies the image alone.
 	bare := newRegistry(t, false)
 	res, err = Mirror(ctx, map[string]string{"metallb-iad": ref}, Options{Dest: bare + "/mirror", NoReferrers: true})
 	if err != nil || len(res) != 1 || len(res[0].Attachments) != 0 {
@@ -126,7 +126,7 @@ func TestMirrorCopiesSignaturesAttestationsAndSBOMs(t *testing.T) {
 	}
 	for _, h := range want {
 		if _, err := remote.Head(mustRef(t, bare+"/mirror/metallb-iad@"+h.String())); err == nil {
-			t.Fatalf("-no-referrers copied %s", h)
+			t.Fatalf("--no-referrers copied %s", h)
 		}
 	}
 }
@@ -317,7 +317,7 @@ func TestRetriesAndErrorsNameRegistryAndStatus(t *testing.T) {
 	ref := pushMultiArch(t, src, "address-controller")
 	images := map[string]string{"address-controller": ref}
 
-	// Two 503s: -retries 0 fails naming the registry and the status; -retries 3 gets through.
+	// Two 503s: --retries 0 fails naming the registry and the status; --retries 3 gets through.
 	host, _ := flaky(t, 1000)
 	_, err := Mirror(ctx, images, Options{Dest: host + "/m", NoReferrers: true, Access: Access{Retries: 0}})
 	if err == nil || !strings.Contains(err.Error(), "registry "+host+" answered HTTP 503") {

@@ -1,5 +1,6 @@
-// Command chartdocs regenerates the value tables of chart READMEs from the "# --" comments in
-// their values.yaml: chartdocs charts/address-controller charts/metallb-iad.
+// Command chartdocs renders the READMEs of charts with helm-docs (pinned in
+// tools/binaries/helm-docs), from each chart's README.md.gotmpl and the "# --" comments of its
+// values.yaml: chartdocs charts/address-controller charts/metallb-iad.
 package main
 
 import (

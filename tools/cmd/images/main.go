@@ -3,7 +3,8 @@
 //
 //	images build [-push REGISTRY [-update] | -layout DIR] [-version V] [-revision R] [-sbom-dir DIR] [-platforms OS/ARCH,...] [name...]
 //	images sync     derive every place (packages, charts, READMEs, docs) from images.yaml
-//	images check    fail when a derived place does not name the references in images.yaml
+//	images check    fail when a derived place does not name the references in images.yaml, or a
+//	                package's Makefile another release than deploy/cozystack/reserved-ips.yaml
 //	images publish -registry REGISTRY -version V [-out DIR] [-plain-http]
 //
 // With -push, each image goes to REGISTRY/<name>:<version> with one SPDX SBOM referrer per
@@ -14,7 +15,8 @@
 // <name>_<platform image digest hex>.spdx.json, for signing tools to attest.
 //
 // publish pushes both charts as OCI Helm charts to REGISTRY/charts/<name>:<version> with the Helm
-// SDK and packages/ as a Flux OCI artifact to REGISTRY/reserved-ips-packages:<version> (what the
+// SDK, writes the version into each packages/system/<name>/Makefile (RESERVED_IPS_VERSION), and
+// pushes packages/ as a Flux OCI artifact to REGISTRY/reserved-ips-packages:<version> (what the
 // out-of-tree PackageSources of deploy/cozystack/reserved-ips.yaml read, whose OCIRepository it
 // points at that digest), prints one "kind ref@sha256:..." line each (for signing), and writes
 // images.txt, charts.txt, hauler.yaml, the release notes (images.ReleaseNotesFile, with the
@@ -90,6 +92,13 @@ func main() {
 			fail(fmt.Errorf("places that do not name the references in %s (run `make sync-images`):\n  %s",
 				images.ShippedFile, strings.Join(stale, "\n  ")))
 		}
+		versions, err := images.StalePackagesVersion(root)
+		if err != nil {
+			fail(err)
+		}
+		if len(versions) > 0 {
+			fail(fmt.Errorf("packages that do not name the checkout's release:\n  %s", strings.Join(versions, "\n  ")))
+		}
 	case "publish":
 		fs := flag.NewFlagSet("publish", flag.ExitOnError)
 		reg := fs.String("registry", "", "registry to publish to (for example ghcr.io/cozystack)")
@@ -139,6 +148,11 @@ func publish(root, reg, version, out string, plainHTTP bool) error {
 		if _, err := charts.PackageChart(charts.Dir(root, img.Name), version, out); err != nil {
 			return err
 		}
+	}
+	// The packages name the release they are pushed as: their Makefiles' update and image targets
+	// pull its chart and build its source.
+	if err := images.PinPackagesVersion(root, version); err != nil {
+		return err
 	}
 	pkgs, err := images.PushPackages(root, reg, version, strings.TrimSpace(string(rev)), plainHTTP)
 	if err != nil {

@@ -4,175 +4,369 @@
 // OCI image layout in a tar, with a .sha256 checksum file) and pushes them from it. It ends by
 // printing the Package values that point the packages at the mirror.
 //
-//	mirror copy -to REGISTRY/PREFIX [flags] [component=ref ...]
-//	mirror save -archive FILE [flags] [component=ref ...]
-//	mirror load -archive FILE -to REGISTRY/PREFIX [flags]
+//	mirror copy --to REGISTRY/PREFIX [flags] [component=ref ...]
+//	mirror save --archive FILE [flags] [component=ref ...]
+//	mirror load --archive FILE --to REGISTRY/PREFIX [flags]
 //	mirror platforms [flags] REPOSITORY@sha256:... ...
 //
-// platforms prints the digest reference of each platform image of the given images, one a line
-// (what the release attests each SBOM to, for cosign verify-attestation).
+// Each command takes its own flags, before or after its arguments; `mirror COMMAND --help` lists
+// them. platforms prints the digest reference of each platform image of the given images, one a
+// line (what the release attests each SBOM to, for cosign verify-attestation).
 //
 // Without component=ref arguments the images are read from packages/system/*/values.yaml, and
 // the charts with them: both charts and the packages artifact of the release the checkout
 // carries (the registry and version deploy/cozystack/reserved-ips.yaml names), resolved to
-// digests. -charts FILE takes them from a chart list instead (charts.txt of `make release`), a
-// name=oci://... argument names one, -no-charts leaves them out. load pushes whatever the
+// digests. --charts FILE takes them from a chart list instead (charts.txt of `make release`), a
+// name=oci://... argument names one, --no-charts leaves them out. load pushes whatever the
 // archive holds; charts go to PREFIX/charts/<name>.
-// Registry access: -creds [HOST=]USER:PASSWORD (HOST defaults to the -to registry), -authfile
-// (Docker or Podman auth file), else the Docker config; -ca-file, -insecure HOST, -plain-http HOST
-// (both repeatable), -retries N. On partial failure the images that were copied are reported and
-// their Package values printed, the failures listed, and the exit status is 1.
+//
+// Registry access: credentials as [HOST=]USER:PASSWORD lines (HOST defaults to the --to
+// registry) in the MIRROR_CREDS environment variable or, with --creds-stdin, on standard input;
+// --authfile (Docker or Podman auth file); else the Docker config. --ca-file, --insecure HOST,
+// --plain-http HOST (both repeatable), --retries N. A password is never taken on the command
+// line, where other users of the machine see it (ps) and the shell history keeps it. On partial
+// failure the images that were copied are reported and their Package values printed, the
+// failures listed, and the exit status is 1; a usage error exits 2.
 package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/cozystack/reserved-ips/tools/mirror"
 	"github.com/cozystack/reserved-ips/tools/sandbox"
 )
 
-type list []string
+// CredsEnv is the environment variable that holds registry credentials, one
+// [HOST=]USER:PASSWORD a line.
+const CredsEnv = "MIRROR_CREDS"
 
-func (l *list) String() string     { return strings.Join(*l, ",") }
-func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+// credsMigration is the answer to the -creds flag, which took the password on the command line.
+const credsMigration = "the -creds flag is gone: a password on the command line is seen by every user of the machine (ps) and kept in the shell history. " +
+	"Give the same [HOST=]USER:PASSWORD in the " + CredsEnv + " environment variable (one a line), or on standard input with --creds-stdin"
 
-func main() {
-	if len(os.Args) < 2 {
-		usage()
-	}
-	os.Exit(run(os.Args[1], os.Args[2:]))
+// streams are what a run reads and writes, and its environment.
+type streams struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
 }
 
-func run(cmd string, args []string) int {
-	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
-	to := fs.String("to", "", "destination registry and path prefix, e.g. mirror.example.org/cozystack")
-	archive := fs.String("archive", "", "archive file (save, load)")
-	dryRun := fs.Bool("dry-run", false, "say what would be copied; copy nothing")
-	concurrency := fs.Int("concurrency", 4, "images copied at once")
-	packages := fs.String("packages", "", "packages directory (default: packages/ in the checkout)")
-	noReferrers := fs.Bool("no-referrers", false, "copy the images alone, without signatures, attestations and SBOMs")
-	keepPath := fs.Bool("keep-path", false, "keep the source repository path under -to (ghcr.io/cozystack/x → PREFIX/cozystack/x) instead of PREFIX/x")
-	caFile := fs.String("ca-file", "", "PEM file of CA certificates to trust besides the system's")
-	authFile := fs.String("authfile", "", "Docker or Podman auth file (default: the Docker config)")
-	chartList := fs.String("charts", "", "chart list (charts.txt of make release: oci://repository:version@sha256:... a line) to copy or save with the images (default: the release's charts, from the checkout)")
-	noCharts := fs.Bool("no-charts", false, "copy or save the images alone, without the charts")
-	retries := fs.Int("retries", 3, "retries of a request that failed with a temporary error, 408, 429 or 5xx (exponential backoff)")
-	var insecure, plainHTTP, creds list
-	fs.Var(&insecure, "insecure", "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
-	fs.Var(&plainHTTP, "plain-http", "registry HOST[:PORT] reached over plain HTTP (repeatable)")
-	fs.Var(&creds, "creds", "[HOST=]USER:PASSWORD for a registry; HOST defaults to the -to registry; when USER:PASSWORD's text before a '=' reads as HOST:PORT, give HOST= (repeatable)")
-	_ = fs.Parse(args)
+func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	code := run(ctx, os.Args[1:], streams{os.Stdin, os.Stdout, os.Stderr, os.Getenv})
+	stop()
+	os.Exit(code)
+}
 
-	access := mirror.Access{Insecure: insecure, PlainHTTP: plainHTTP, CAFile: *caFile, AuthFile: *authFile, Retries: *retries,
+// failure is an error of the work itself (exit status 1), as opposed to a usage error (2).
+type failure struct{ error }
+
+// run runs the command line args and returns the exit status.
+func run(ctx context.Context, args []string, s streams) int {
+	root := newRoot(s)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var f failure
+	if errors.As(err, &f) {
+		fmt.Fprintln(s.stderr, "mirror:", f.error)
+		return 1
+	}
+	fmt.Fprintln(s.stderr, "mirror:", err)
+	fmt.Fprintln(s.stderr, "Run 'mirror --help' or 'mirror COMMAND --help' for usage.")
+	return 2
+}
+
+func newRoot(s streams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mirror",
+		Short: "Copy the shipped images and charts, with their signatures and SBOMs, to a mirror registry or an archive",
+		Long: "Copy the shipped images and charts, with their signatures and SBOMs, to a mirror registry (copy), or through an archive (save, then load), " +
+			"and print the Package values that point the packages at the mirror. Registry credentials: " + CredsEnv + " or --creds-stdin, --authfile, else the Docker config.",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return errors.New("name a command: copy, save, load or platforms")
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetIn(s.stdin)
+	root.SetOut(s.stdout)
+	root.SetErr(s.stderr)
+	root.SetFlagErrorFunc(flagError)
+	root.AddCommand(copyCmd(s), saveCmd(s), loadCmd(s), platformsCmd(s))
+	return root
+}
+
+var singleDash = regexp.MustCompile(`(?:^|\s)(--?)([a-z][a-z-]+)(?:\s|$|=)`)
+
+// flagError explains the flags the command line took before it moved to two dashes: -to
+// reads as the shorthands -t -o, and -creds is gone.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if m := singleDash.FindStringSubmatch(strings.TrimPrefix(msg, "unknown shorthand flag: ")); m != nil {
+		switch {
+		case m[2] == "creds":
+			return errors.New(credsMigration)
+		case m[1] == "-" && cmd.Flags().Lookup(m[2]) != nil:
+			return fmt.Errorf("%w (long flags take two dashes: --%s)", err, m[2])
+		}
+	}
+	return err
+}
+
+// registryFlags say how to reach the registries; every command takes them.
+type registryFlags struct {
+	caFile, authFile    string
+	insecure, plainHTTP []string
+	retries             int
+	credsStdin          bool
+}
+
+func (r *registryFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&r.caFile, "ca-file", "", "PEM file of CA certificates to trust besides the system's")
+	fs.StringVar(&r.authFile, "authfile", "", "Docker or Podman auth file (default: the Docker config)")
+	fs.StringArrayVar(&r.insecure, "insecure", nil, "registry HOST[:PORT] reached over TLS without verifying its certificate (repeatable)")
+	fs.StringArrayVar(&r.plainHTTP, "plain-http", nil, "registry HOST[:PORT] reached over plain HTTP (repeatable)")
+	fs.IntVar(&r.retries, "retries", 3, "retries of a request that failed with a temporary error, 408, 429 or 5xx (exponential backoff)")
+	fs.BoolVar(&r.credsStdin, "creds-stdin", false, "read registry credentials from standard input, one [HOST=]USER:PASSWORD a line, as in "+CredsEnv)
+}
+
+// access builds the registry access; to is the --to registry that credentials without HOST=
+// are for.
+func (r *registryFlags) access(s streams, to string) (mirror.Access, error) {
+	a := mirror.Access{Insecure: r.insecure, PlainHTTP: r.plainHTTP, CAFile: r.caFile, AuthFile: r.authFile, Retries: r.retries,
 		Creds: map[string]authn.AuthConfig{}}
-	for _, c := range creds {
+	lines := strings.Split(s.getenv(CredsEnv), "\n")
+	if r.credsStdin {
+		data, err := io.ReadAll(s.stdin)
+		if err != nil {
+			return a, fmt.Errorf("reading credentials from standard input: %w", err)
+		}
+		lines = append(lines, strings.Split(string(data), "\n")...)
+	}
+	for _, c := range lines {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
 		host, userpass, ok := cutHost(c)
 		if !ok {
 			userpass, host = c, ""
-			if *to != "" {
-				if r, err := name.NewRepository(*to); err == nil {
+			if to != "" {
+				if r, err := name.NewRepository(to); err == nil {
 					host = r.RegistryStr()
 				}
 			}
 			if host == "" {
-				return fail(fmt.Errorf("-creds USER:PASSWORD without HOST= needs -to"))
+				return a, errors.New("credentials USER:PASSWORD without HOST= are for the --to registry, and this command has none: give HOST=USER:PASSWORD")
 			}
 		}
 		user, pass, ok := strings.Cut(userpass, ":")
 		if !ok {
 			// Not echoed: a value that was taken for HOST= may hold part of a password.
-			return fail(fmt.Errorf("a -creds value is not USER:PASSWORD (give HOST=USER:PASSWORD when the user or password holds '=' or ':')"))
+			return a, errors.New("a credential is not [HOST=]USER:PASSWORD (give HOST=USER:PASSWORD when the user or password holds '=' or ':')")
 		}
-		access.Creds[host] = authn.AuthConfig{Username: user, Password: pass}
+		a.Creds[host] = authn.AuthConfig{Username: user, Password: pass}
 	}
-	opts := mirror.Options{Dest: *to, DryRun: *dryRun, Concurrency: *concurrency, Progress: os.Stderr, NoReferrers: *noReferrers,
-		KeepPath: *keepPath, Access: access}
+	return a, nil
+}
 
-	var results []mirror.Result
-	var err error
-	switch cmd {
-	case "copy":
-		if *to == "" {
-			return fail(fmt.Errorf("copy needs -to"))
-		}
-		imgs, chs, err2 := artifacts(*packages, *chartList, *noCharts, fs.Args())
-		if err2 != nil {
-			return fail(err2)
-		}
-		opts.Charts = chs
-		results, err = mirror.Mirror(ctx, imgs, opts)
-	case "save":
-		if *archive == "" {
-			return fail(fmt.Errorf("save needs -archive"))
-		}
-		imgs, chs, err2 := artifacts(*packages, *chartList, *noCharts, fs.Args())
-		if err2 != nil {
-			return fail(err2)
-		}
-		opts.Charts = chs
-		results, err = mirror.Save(ctx, imgs, *archive, opts)
-		for _, r := range results {
-			fmt.Fprintf(os.Stderr, "%-20s %s: saved with %d attachments\n", label(r), r.Source, len(r.Attachments))
-		}
-		if len(results) > 0 {
-			fmt.Fprintf(os.Stderr, "saved to %s (checksum in %s); carry both and run: mirror load -archive %s -to REGISTRY/PREFIX\n",
-				*archive, mirror.ChecksumFile(*archive), filepath.Base(*archive))
-		}
-		if err != nil {
-			return fail(fmt.Errorf("not saved:\n%w", err))
-		}
-		return 0
-	case "platforms":
-		if fs.NArg() == 0 {
-			return fail(fmt.Errorf("platforms needs one or more digest references"))
-		}
-		for _, ref := range fs.Args() {
-			ps, err := mirror.Platforms(ctx, ref, access)
+// sourceFlags choose what copy and save carry.
+type sourceFlags struct {
+	packages, chartList string
+	noCharts            bool
+}
+
+func (f *sourceFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&f.packages, "packages", "", "packages directory (default: packages/ in the checkout)")
+	fs.StringVar(&f.chartList, "charts", "", "chart list (charts.txt of make release: oci://repository:version@sha256:... a line) to carry with the images (default: the release's charts, from the checkout)")
+	fs.BoolVar(&f.noCharts, "no-charts", false, "carry the images alone, without the charts")
+}
+
+// pushFlags shape what copy and load write to the mirror.
+type pushFlags struct {
+	to                            string
+	dryRun, keepPath, noReferrers bool
+	concurrency                   int
+}
+
+func (f *pushFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&f.to, "to", "", "destination registry and path prefix, e.g. mirror.example.org/cozystack (required)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "say what would be copied; copy nothing")
+	fs.IntVar(&f.concurrency, "concurrency", 4, "images copied at once")
+	fs.BoolVar(&f.noReferrers, "no-referrers", false, "copy the images alone, without signatures, attestations and SBOMs")
+	fs.BoolVar(&f.keepPath, "keep-path", false, "keep the source repository path under --to (ghcr.io/cozystack/x → PREFIX/cozystack/x) instead of PREFIX/x")
+}
+
+func (f *pushFlags) options(s streams, a mirror.Access) mirror.Options {
+	return mirror.Options{Dest: f.to, DryRun: f.dryRun, Concurrency: f.concurrency, Progress: s.stderr, NoReferrers: f.noReferrers,
+		KeepPath: f.keepPath, Access: a}
+}
+
+func copyCmd(s streams) *cobra.Command {
+	var reg registryFlags
+	var src sourceFlags
+	var push pushFlags
+	cmd := &cobra.Command{
+		Use:   "copy --to REGISTRY/PREFIX [flags] [component=ref | name=oci://ref ...]",
+		Short: "Copy the images and charts to a mirror registry, verify them, and print the Package values",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if push.to == "" {
+				return errors.New("copy needs --to")
+			}
+			access, err := reg.access(s, push.to)
 			if err != nil {
-				return fail(err)
+				return failure{err}
 			}
-			for _, p := range ps {
-				fmt.Println(p.Ref)
-				fmt.Fprintf(os.Stderr, "%s: %s %s\n", ref, p.Platform, p.Ref)
+			imgs, chs, err := artifacts(src, args)
+			if err != nil {
+				return failure{err}
 			}
-		}
-		return 0
-	case "load":
-		if *archive == "" || *to == "" {
-			return fail(fmt.Errorf("load needs -archive and -to"))
-		}
-		results, err = mirror.Load(ctx, *archive, opts)
-	default:
-		usage()
+			opts := push.options(s, access)
+			opts.Charts = chs
+			results, err := mirror.Mirror(cmd.Context(), imgs, opts)
+			return report(s, results, push.dryRun, err)
+		},
 	}
+	push.add(cmd.Flags())
+	src.add(cmd.Flags())
+	reg.add(cmd.Flags())
+	return cmd
+}
+
+func saveCmd(s streams) *cobra.Command {
+	var reg registryFlags
+	var src sourceFlags
+	var archive string
+	var noReferrers bool
+	cmd := &cobra.Command{
+		Use:   "save --archive FILE [flags] [component=ref | name=oci://ref ...]",
+		Short: "Save the images and charts into one archive (and its .sha256 checksum file) to carry to the mirror",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if archive == "" {
+				return errors.New("save needs --archive")
+			}
+			access, err := reg.access(s, "")
+			if err != nil {
+				return failure{err}
+			}
+			imgs, chs, err := artifacts(src, args)
+			if err != nil {
+				return failure{err}
+			}
+			results, err := mirror.Save(cmd.Context(), imgs, archive,
+				mirror.Options{Progress: s.stderr, NoReferrers: noReferrers, Access: access, Charts: chs})
+			for _, r := range results {
+				fmt.Fprintf(s.stderr, "%-20s %s: saved with %d attachments\n", label(r), r.Source, len(r.Attachments))
+			}
+			if len(results) > 0 {
+				fmt.Fprintf(s.stderr, "saved to %s (checksum in %s); carry both and run: mirror load --archive %s --to REGISTRY/PREFIX\n",
+					archive, mirror.ChecksumFile(archive), filepath.Base(archive))
+			}
+			if err != nil {
+				return failure{fmt.Errorf("not saved:\n%w", err)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&archive, "archive", "", "archive file to write (required)")
+	cmd.Flags().BoolVar(&noReferrers, "no-referrers", false, "save the images alone, without signatures, attestations and SBOMs")
+	src.add(cmd.Flags())
+	reg.add(cmd.Flags())
+	return cmd
+}
+
+func loadCmd(s streams) *cobra.Command {
+	var reg registryFlags
+	var push pushFlags
+	var archive string
+	cmd := &cobra.Command{
+		Use:   "load --archive FILE --to REGISTRY/PREFIX [flags]",
+		Short: "Push what an archive made by save holds to a mirror registry, verify it, and print the Package values",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if archive == "" || push.to == "" {
+				return errors.New("load needs --archive and --to")
+			}
+			access, err := reg.access(s, push.to)
+			if err != nil {
+				return failure{err}
+			}
+			results, err := mirror.Load(cmd.Context(), archive, push.options(s, access))
+			return report(s, results, push.dryRun, err)
+		},
+	}
+	cmd.Flags().StringVar(&archive, "archive", "", "archive file written by save (required)")
+	push.add(cmd.Flags())
+	reg.add(cmd.Flags())
+	return cmd
+}
+
+func platformsCmd(s streams) *cobra.Command {
+	var reg registryFlags
+	cmd := &cobra.Command{
+		Use:   "platforms [flags] REPOSITORY@sha256:... ...",
+		Short: "Print the digest reference of each platform image of the given images, one a line",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			access, err := reg.access(s, "")
+			if err != nil {
+				return failure{err}
+			}
+			for _, ref := range args {
+				ps, err := mirror.Platforms(cmd.Context(), ref, access)
+				if err != nil {
+					return failure{err}
+				}
+				for _, p := range ps {
+					fmt.Fprintln(s.stdout, p.Ref)
+					fmt.Fprintf(s.stderr, "%s: %s %s\n", ref, p.Platform, p.Ref)
+				}
+			}
+			return nil
+		},
+	}
+	reg.add(cmd.Flags())
+	return cmd
+}
+
+// report prints each result, then the Package values of those copied, and returns err as a
+// failure.
+func report(s streams, results []mirror.Result, dryRun bool, err error) error {
 	for _, r := range results {
 		state := "verified (already there)"
 		switch {
-		case *dryRun && !r.Copied:
+		case dryRun && !r.Copied:
 			state = "would copy (dry run)"
 		case r.Copied:
 			state = "copied and verified"
 		}
-		fmt.Fprintf(os.Stderr, "%-20s %s → %s: %s, %d attachments\n", label(r), r.Source, r.Dest, state, len(r.Attachments))
+		fmt.Fprintf(s.stderr, "%-20s %s → %s: %s, %d attachments\n", label(r), r.Source, r.Dest, state, len(r.Attachments))
 	}
-	if !*dryRun && len(results) > 0 {
-		fmt.Print("# Point the packages at the mirror:\n" + mirror.PackageValues(results))
+	if !dryRun && len(results) > 0 {
+		fmt.Fprint(s.stdout, "# Point the packages at the mirror:\n"+mirror.PackageValues(results))
 	}
 	if err != nil {
-		return fail(fmt.Errorf("not copied:\n%w", err))
+		return failure{fmt.Errorf("not copied:\n%w", err)}
 	}
-	return 0
+	return nil
 }
 
 // cutHost splits "HOST=USER:PASSWORD". The text before the first '=' is a host only when it
@@ -208,8 +402,8 @@ func label(r mirror.Result) string {
 }
 
 // artifacts are the images and charts to copy or save: the arguments' (name=oci://... a chart,
-// component=ref an image), else the checkout's; -charts replaces the charts, -no-charts drops them.
-func artifacts(packages, chartList string, noCharts bool, args []string) (imgs, chs map[string]string, err error) {
+// component=ref an image), else the checkout's; --charts replaces the charts, --no-charts drops them.
+func artifacts(f sourceFlags, args []string) (imgs, chs map[string]string, err error) {
 	if len(args) > 0 {
 		imgs, chs = map[string]string{}, map[string]string{}
 		for _, a := range args {
@@ -224,6 +418,7 @@ func artifacts(packages, chartList string, noCharts bool, args []string) (imgs, 
 			}
 		}
 	} else {
+		packages := f.packages
 		if packages == "" {
 			root, err := sandbox.RepoRoot()
 			if err != nil {
@@ -234,29 +429,19 @@ func artifacts(packages, chartList string, noCharts bool, args []string) (imgs, 
 		if imgs, err = mirror.PackageImages(packages); err != nil {
 			return nil, nil, err
 		}
-		if chartList == "" && !noCharts {
+		if f.chartList == "" && !f.noCharts {
 			if chs, err = mirror.PackageCharts(filepath.Dir(packages)); err != nil {
-				return nil, nil, fmt.Errorf("the release's charts (give -charts FILE, or -no-charts to leave them out): %w", err)
+				return nil, nil, fmt.Errorf("the release's charts (give --charts FILE, or --no-charts to leave them out): %w", err)
 			}
 		}
 	}
-	if chartList != "" {
-		if chs, err = mirror.ReadChartList(chartList); err != nil {
+	if f.chartList != "" {
+		if chs, err = mirror.ReadChartList(f.chartList); err != nil {
 			return nil, nil, err
 		}
 	}
-	if noCharts {
+	if f.noCharts {
 		chs = nil
 	}
 	return imgs, chs, nil
-}
-
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mirror copy -to REGISTRY/PREFIX | save -archive FILE | load -archive FILE -to REGISTRY/PREFIX | platforms REPOSITORY@DIGEST... [flags] [component=ref ...]; -h lists the flags")
-	os.Exit(2)
-}
-
-func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "mirror:", err)
-	return 1
 }

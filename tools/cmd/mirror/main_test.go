@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -17,21 +18,14 @@ import (
 	"github.com/cozystack/reserved-ips/tools/mirror/mirrortest"
 )
 
-// capture runs f with stdout and stderr redirected, and returns what each received.
-func capture(t *testing.T, f func() int) (int, string, string) {
+// mirrorRun runs the command line args with the given standard input and environment, and
+// returns the exit status and what went to stdout and stderr.
+func mirrorRun(t *testing.T, stdin string, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	outR, outW, _ := os.Pipe()
-	errR, errW, _ := os.Pipe()
-	stdout, stderr := os.Stdout, os.Stderr
-	os.Stdout, os.Stderr = outW, errW
-	outC, errC := make(chan string), make(chan string)
-	go func() { b, _ := io.ReadAll(outR); outC <- string(b) }()
-	go func() { b, _ := io.ReadAll(errR); errC <- string(b) }()
-	code := f()
-	os.Stdout, os.Stderr = stdout, stderr
-	outW.Close()
-	errW.Close()
-	return code, <-outC, <-errC
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), args, streams{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
+		getenv: func(k string) string { return env[k] }})
+	return code, stdout.String(), stderr.String()
 }
 
 func registryHost(t *testing.T) string {
@@ -53,9 +47,7 @@ func TestCopyPartialFailure(t *testing.T) {
 	d, _ := img.Digest()
 	good := tag.String() + "@" + d.String()
 	missing := src + "/cozystack/metallb-iad:v1@sha256:" + strings.Repeat("0", 64)
-	code, stdout, stderr := capture(t, func() int {
-		return run("copy", []string{"-to", dst + "/mirror", "-retries", "0", "address-controller=" + good, "metallb-iad=" + missing})
-	})
+	code, stdout, stderr := mirrorRun(t, "", nil, "copy", "--to", dst+"/mirror", "--retries", "0", "address-controller="+good, "metallb-iad="+missing)
 	if code != 1 {
 		t.Fatalf("exit status %d, want 1\n%s", code, stderr)
 	}
@@ -68,10 +60,11 @@ func TestCopyPartialFailure(t *testing.T) {
 	}
 }
 
-// -creds as the command line gives it, against the real registry with TLS and basic auth: with
-// and without HOST=, a password holding '=' (base64 tokens end so), credentials for another
-// host, a wrong password, and malformed values.
-func TestCredsFlag(t *testing.T) {
+// Credentials from MIRROR_CREDS and from standard input (--creds-stdin), against the real
+// registry with TLS and basic auth: with and without HOST=, a password holding '=' (base64
+// tokens end so), credentials for another host, a wrong password, malformed values, and
+// several credentials a line each.
+func TestCredentials(t *testing.T) {
 	reg := mirrortest.Start(t, "127.0.0.1", true)
 	src := registryHost(t)
 	img, _ := random.Image(256, 1)
@@ -84,29 +77,132 @@ func TestCredsFlag(t *testing.T) {
 	to := reg.Addr + "/cozystack"
 	for _, tc := range []struct {
 		name  string
+		creds string
 		args  []string
 		code  int
 		wants string
 	}{
-		{"USER:PASSWORD for the -to registry", []string{"copy", "-to", to, "-creds", mirrortest.User + ":" + mirrortest.Password}, 0, ""},
-		{"HOST=USER:PASSWORD", []string{"copy", "-to", to, "-creds", reg.Addr + "=" + mirrortest.User + ":" + mirrortest.Password}, 0, ""},
-		{"password with '=', no HOST=", []string{"copy", "-to", to, "-creds", mirrortest.TokenUser + ":" + mirrortest.TokenPassword}, 0, ""},
-		{"password with '=', HOST=", []string{"copy", "-to", to, "-creds", reg.Addr + "=" + mirrortest.TokenUser + ":" + mirrortest.TokenPassword}, 0, ""},
-		{"credentials for another host", []string{"copy", "-to", to, "-creds", "other.example:5000=" + mirrortest.User + ":" + mirrortest.Password}, 1,
+		{"USER:PASSWORD for the --to registry", mirrortest.User + ":" + mirrortest.Password, []string{"copy", "--to", to}, 0, ""},
+		{"HOST=USER:PASSWORD", reg.Addr + "=" + mirrortest.User + ":" + mirrortest.Password, []string{"copy", "--to", to}, 0, ""},
+		{"password with '=', no HOST=", mirrortest.TokenUser + ":" + mirrortest.TokenPassword, []string{"copy", "--to", to}, 0, ""},
+		{"password with '=', HOST=", reg.Addr + "=" + mirrortest.TokenUser + ":" + mirrortest.TokenPassword, []string{"copy", "--to", to}, 0, ""},
+		{"one a line", "other.example:5000=a:b\n\n" + reg.Addr + "=" + mirrortest.User + ":" + mirrortest.Password + "\n", []string{"copy", "--to", to}, 0, ""},
+		{"credentials for another host", "other.example:5000=" + mirrortest.User + ":" + mirrortest.Password, []string{"copy", "--to", to}, 1,
 			"registry " + reg.Addr + " answered HTTP 401 Unauthorized"},
-		{"wrong password", []string{"copy", "-to", to, "-creds", mirrortest.User + ":nope"}, 1, "registry " + reg.Addr + " answered HTTP 401 Unauthorized"},
-		{"no password", []string{"copy", "-to", to, "-creds", reg.Addr + "=" + mirrortest.User}, 1, "a -creds value is not USER:PASSWORD"},
-		{"no HOST= and no -to", []string{"save", "-archive", filepath.Join(t.TempDir(), "a.tar"), "-creds", mirrortest.User + ":" + mirrortest.Password}, 1,
-			"-creds USER:PASSWORD without HOST= needs -to"},
+		{"wrong password", mirrortest.User + ":nope", []string{"copy", "--to", to}, 1, "registry " + reg.Addr + " answered HTTP 401 Unauthorized"},
+		{"no password", reg.Addr + "=" + mirrortest.User, []string{"copy", "--to", to}, 1, "a credential is not [HOST=]USER:PASSWORD"},
+		{"no HOST= and no --to", mirrortest.User + ":" + mirrortest.Password, []string{"save", "--archive", filepath.Join(t.TempDir(), "a.tar")}, 1,
+			"credentials USER:PASSWORD without HOST= are for the --to registry"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := append(append([]string{}, tc.args[1:]...), "-ca-file", reg.CAFile, "-retries", "0", ref)
-			code, _, stderr := capture(t, func() int { return run(tc.args[0], args) })
+		args := append(append([]string{}, tc.args...), "--ca-file", reg.CAFile, "--retries", "0", ref)
+		t.Run(tc.name+", "+CredsEnv, func(t *testing.T) {
+			code, _, stderr := mirrorRun(t, "", map[string]string{CredsEnv: tc.creds}, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.wants) {
+				t.Fatalf("exit status %d, want %d; stderr should say %q:\n%s", code, tc.code, tc.wants, stderr)
+			}
+		})
+		t.Run(tc.name+", --creds-stdin", func(t *testing.T) {
+			code, _, stderr := mirrorRun(t, tc.creds+"\n", nil, append(args, "--creds-stdin")...)
 			if code != tc.code || !strings.Contains(stderr, tc.wants) {
 				t.Fatalf("exit status %d, want %d; stderr should say %q:\n%s", code, tc.code, tc.wants, stderr)
 			}
 		})
 	}
+	// Without --creds-stdin, standard input is not read: the registry refuses the copy.
+	if code, _, stderr := mirrorRun(t, mirrortest.User+":"+mirrortest.Password+"\n", nil, "copy", "--to", to, "--ca-file", reg.CAFile, "--retries", "0", ref); code != 1 ||
+		!strings.Contains(stderr, "401 Unauthorized") {
+		t.Fatalf("credentials on stdin were read without --creds-stdin: exit status %d\n%s", code, stderr)
+	}
+}
+
+// The password is never taken on the command line: -creds and --creds are refused with the way
+// to pass it now, and the command does nothing.
+func TestCredsFlagIsRefusedWithItsMigration(t *testing.T) {
+	dst := registryHost(t)
+	for _, args := range [][]string{
+		{"copy", "--to", dst + "/m", "-creds", "u:p", "a=" + dst + "/x@sha256:" + strings.Repeat("0", 64)},
+		{"copy", "--to", dst + "/m", "--creds", "u:p"},
+		{"load", "--archive", "a.tar", "--to", dst + "/m", "--creds=u:p"},
+		{"platforms", "--creds", "u:p", dst + "/x@sha256:" + strings.Repeat("0", 64)},
+	} {
+		code, stdout, stderr := mirrorRun(t, "", nil, args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, "the -creds flag is gone") || !strings.Contains(stderr, CredsEnv) ||
+			!strings.Contains(stderr, "--creds-stdin") {
+			t.Errorf("%q: exit status %d, want 2 with the migration:\n%s%s", args, code, stdout, stderr)
+		}
+	}
+}
+
+// Flags go before or after the arguments: a copy with every flag after its image reference
+// copies to the --to registry with the asked options, as the same copy with the flags first.
+func TestFlagsAfterArguments(t *testing.T) {
+	src, dst := registryHost(t), registryHost(t)
+	img, _ := random.Image(256, 1)
+	tag, _ := name.NewTag(src + "/cozystack/address-controller:v1")
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	ref := "address-controller=" + tag.String() + "@" + d.String()
+	code, stdout, stderr := mirrorRun(t, "", nil, "copy", ref, "--to", dst+"/after", "--keep-path", "--retries", "0")
+	if code != 0 {
+		t.Fatalf("exit status %d\n%s", code, stderr)
+	}
+	want := "image: " + dst + "/after/cozystack/address-controller:v1@" + d.String()
+	if !strings.Contains(stdout, want) {
+		t.Fatalf("flags after the argument were not applied: stdout lacks %q:\n%s", want, stdout)
+	}
+	if _, err := remote.Head(mustDigest(t, dst+"/after/cozystack/address-controller@"+d.String())); err != nil {
+		t.Fatalf("the copy is not where --to and --keep-path say: %v", err)
+	}
+	// --dry-run after the argument copies nothing.
+	code, stdout, stderr = mirrorRun(t, "", nil, "copy", ref, "--to", dst+"/dry", "--dry-run")
+	if code != 0 || stdout != "" || !strings.Contains(stderr, "would copy (dry run)") {
+		t.Fatalf("--dry-run after the argument: exit status %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := remote.Head(mustDigest(t, dst+"/dry/address-controller@"+d.String())); err == nil {
+		t.Fatal("--dry-run after the argument copied the image")
+	}
+}
+
+// Each command takes its own flags only: a flag of another command is refused with a usage
+// error (exit status 2) before anything runs, as are a missing required flag, an unknown
+// command, and a single-dash long flag (with the two-dash spelling to use).
+func TestEachCommandTakesItsOwnFlags(t *testing.T) {
+	archive := filepath.Join(t.TempDir(), "a.tar")
+	for _, tc := range []struct {
+		args  []string
+		wants string
+	}{
+		{[]string{"save", "--archive", archive, "--to", "mirror.example/x"}, "unknown flag: --to"},
+		{[]string{"save", "--archive", archive, "--keep-path"}, "unknown flag: --keep-path"},
+		{[]string{"copy", "--to", "mirror.example/x", "--archive", archive}, "unknown flag: --archive"},
+		{[]string{"load", "--archive", archive, "--to", "mirror.example/x", "--no-charts"}, "unknown flag: --no-charts"},
+		{[]string{"platforms", "--to", "mirror.example/x", "r@sha256:" + strings.Repeat("0", 64)}, "unknown flag: --to"},
+		{[]string{"load", "--archive", archive, "--to", "mirror.example/x", "extra"}, `unknown command "extra"`},
+		{[]string{"copy", "a=b"}, "copy needs --to"},
+		{[]string{"load", "--archive", archive}, "load needs --archive and --to"},
+		{[]string{"platforms"}, "requires at least 1 arg"},
+		{[]string{"push"}, `unknown command "push"`},
+		{[]string{"copy", "-to", "mirror.example/x", "a=b"}, "long flags take two dashes: --to"},
+	} {
+		code, stdout, stderr := mirrorRun(t, "", nil, tc.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, tc.wants) {
+			t.Errorf("%q: exit status %d, want 2 saying %q:\n%s%s", tc.args, code, tc.wants, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(archive); err == nil {
+		t.Error("a refused save wrote its archive")
+	}
+}
+
+func mustDigest(t *testing.T, ref string) name.Digest {
+	t.Helper()
+	d, err := name.NewDigest(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func TestCutHost(t *testing.T) {
