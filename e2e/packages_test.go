@@ -132,8 +132,30 @@ func TestPackagesInstallUpgradeAndRemoveAsCozystack(t *testing.T) {
 			if dep.Status.UpdatedReplicas != *dep.Spec.Replicas || dep.Status.AvailableReplicas != *dep.Spec.Replicas {
 				t.Errorf("the upgrade returned before the rollout ended (kstatus wait): %+v", dep.Status)
 			}
-			if webhook && caBundle() != bundle {
-				t.Error("the upgrade changed the caBundle the driver keeps (server-side apply must leave a field it does not set)")
+			if webhook {
+				// An upgrade that changes the webhook's configuration and not the driver's pods
+				// (which would write the caBundle again as they start): the caBundle is the
+				// driver's field, which helm-controller's server-side apply neither owns nor
+				// changes.
+				before := dep.Generation
+				if err := pm.UpgradePackage(ctx, "metallb-iad", map[string]any{"logLevel": "debug", "workers": 8,
+					"admissionPolicy": map[string]any{"parkingWebhook": map[string]any{"timeoutSeconds": 6}}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(&dep), &dep); err != nil || dep.Generation != before {
+					t.Fatalf("the configuration-only upgrade changed the driver's Deployment (generation %d → %d, %v): its pods would write the caBundle again", before, dep.Generation, err)
+				}
+				if got := caBundle(); got != bundle {
+					t.Error("the upgrade changed the caBundle the driver keeps (server-side apply must leave a field it does not set)")
+				}
+				if ts := whc.Webhooks[0].TimeoutSeconds; ts == nil || *ts != 6 {
+					t.Errorf("the upgrade did not reach the configuration: timeoutSeconds %v", ts)
+				}
+				for _, m := range whc.ManagedFields {
+					if m.Manager == charts.FieldManager && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), "caBundle") {
+						t.Errorf("%s owns the caBundle: the next upgrade would clear it", charts.FieldManager)
+					}
+				}
 			}
 			// Back to the Package values it was installed with.
 			if err := pm.UpgradePackage(ctx, "metallb-iad", nil); err != nil {
@@ -165,12 +187,12 @@ func TestPackagesInstallUpgradeAndRemoveAsCozystack(t *testing.T) {
 			// are installed again at the end, for the tests that follow.
 			reinstalled := false
 			reinstall := func(ctx context.Context) error {
-				reinstalled = true
 				for _, name := range packageOrder {
 					if err := pm.ApplyPackage(ctx, name, "", nil); err != nil {
 						return fmt.Errorf("installing the %s package again: %w", name, err)
 					}
 				}
+				reinstalled = true
 				return nil
 			}
 			t.Cleanup(func() {

@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/kube"
+	helmcommon "helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -79,7 +80,20 @@ func ApplyWith(ctx context.Context, kubeconfig, namespace, name string, c *Chart
 		wait = kube.StatusWatcherStrategy
 	}
 	var r any
-	if _, err := cfg.Releases.Last(name); errors.Is(err, driver.ErrReleaseNotFound) || errors.Is(err, driver.ErrNoDeployedReleases) {
+	last, err := cfg.Releases.Last(name)
+	if err == nil {
+		// A release left pending by an install or upgrade that was interrupted (its process
+		// killed) locks every later one out ("another operation is in progress"); as Flux's
+		// helm-controller does, it is marked failed first, and the next upgrade goes ahead.
+		if rel, ok := last.(*release.Release); ok && rel.Info != nil && rel.Info.Status.IsPending() {
+			rel.Info.Description = "interrupted while " + string(rel.Info.Status) + "; marked failed to go on"
+			rel.Info.Status = helmcommon.StatusFailed
+			if err := cfg.Releases.Update(rel); err != nil {
+				return nil, fmt.Errorf("unlocking release %s left pending: %w", name, err)
+			}
+		}
+	}
+	if errors.Is(err, driver.ErrReleaseNotFound) {
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
 		install.ServerSideApply, install.ForceConflicts, install.TakeOwnership = true, true, true

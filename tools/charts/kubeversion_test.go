@@ -2,6 +2,10 @@ package charts
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,8 +210,22 @@ func policyExpressions(obj map[string]any) []string {
 // every CEL rule and policy expression in it (docs/design.md#supported-kubernetes): older releases
 // are refused by Helm, and what the chart admits is what is tested.
 func TestKubeVersionIsTheOldestThatAcceptsTheChart(t *testing.T) {
+	// The versions the end-to-end suites of make test run: the local suite the default, the kind
+	// suite KIND_KUBERNETES_VERSION's default (the Makefile).
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KIND_KUBERNETES_VERSION \?= \$\(or \$\(KUBERNETES_VERSION\),(v[0-9.]+)\)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("the Makefile sets no default KIND_KUBERNETES_VERSION")
+	}
+	suites := []string{binaries.DefaultKubernetesVersion, string(m[1])}
 	tested := 0
-	for _, v := range binaries.KubernetesVersions {
+	for _, v := range suites {
+		if !slices.Contains(binaries.KubernetesVersions, v) {
+			t.Fatalf("an end-to-end suite runs Kubernetes %s, which is not pinned (%v)", v, binaries.KubernetesVersions)
+		}
 		if m := binaries.KubernetesMinor(v); tested == 0 || m < tested {
 			tested = m
 		}

@@ -263,37 +263,43 @@ func TestParkingWebhookRendering(t *testing.T) {
 		t.Fatalf("no parking webhook configuration: %v", keys(objs))
 	}
 	hooks, _ := dig(w, "webhooks").([]any)
-	if len(hooks) != 1 {
-		t.Fatalf("%d webhooks, want 1", len(hooks))
+	if len(hooks) != 2 || dig(hooks[0].(map[string]any), "name") != "park-claimed.metallb-iad.local.sdn.cozystack.io" ||
+		dig(hooks[1].(map[string]any), "name") != "park-auto-claimed.metallb-iad.local.sdn.cozystack.io" {
+		t.Fatalf("webhooks %v, want park-claimed and park-auto-claimed", hooks)
 	}
-	h := hooks[0].(map[string]any)
-	for path, want := range map[string]any{
-		"failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": float64(5), "reinvocationPolicy": "Never",
-		"clientConfig.service.name": "metallb-iad-parking-webhook", "clientConfig.service.namespace": "cozy-metallb-iad",
-		"clientConfig.service.path": "/park", "clientConfig.service.port": float64(443),
-		"namespaceSelector.matchExpressions.0.key": "namespace.cozystack.io/host", "namespaceSelector.matchExpressions.0.operator": "Exists",
-	} {
-		var keys []any
-		for _, k := range strings.Split(path, ".") {
-			if n, err := strconv.Atoi(k); err == nil {
-				keys = append(keys, n)
-			} else {
-				keys = append(keys, k)
+	for _, hk := range hooks {
+		h := hk.(map[string]any)
+		for path, want := range map[string]any{
+			"failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": float64(5), "reinvocationPolicy": "Never",
+			"clientConfig.service.name": "metallb-iad-parking-webhook", "clientConfig.service.namespace": "cozy-metallb-iad",
+			"clientConfig.service.path": "/park", "clientConfig.service.port": float64(443),
+			"namespaceSelector.matchExpressions.0.key": "namespace.cozystack.io/host", "namespaceSelector.matchExpressions.0.operator": "Exists",
+		} {
+			var keys []any
+			for _, k := range strings.Split(path, ".") {
+				if n, err := strconv.Atoi(k); err == nil {
+					keys = append(keys, n)
+				} else {
+					keys = append(keys, k)
+				}
+			}
+			if got := dig(h, keys...); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: %s = %v, want %v", h["name"], path, got, want)
 			}
 		}
-		if got := dig(h, keys...); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("webhook %s = %v, want %v", path, got, want)
+		if dig(h, "clientConfig", "caBundle") != nil {
+			t.Errorf("%s: the chart sets the caBundle, which the driver keeps: an upgrade would overwrite it", h["name"])
+		}
+		if strings.Join(toStrings(dig(h, "rules", 0, "operations")), ",") != "CREATE,UPDATE" || strings.Join(toStrings(dig(h, "rules", 0, "resources")), ",") != "services" {
+			t.Errorf("%s: rules %v, want CREATE and UPDATE of services (not their status)", h["name"], dig(h, "rules"))
 		}
 	}
-	if dig(h, "clientConfig", "caBundle") != nil {
-		t.Error("the chart sets the caBundle, which the driver keeps: an upgrade would overwrite it")
-	}
-	if strings.Join(toStrings(dig(h, "rules", 0, "operations")), ",") != "CREATE,UPDATE" || strings.Join(toStrings(dig(h, "rules", 0, "resources")), ",") != "services" {
-		t.Errorf("rules %v, want CREATE and UPDATE of services (not their status)", dig(h, "rules"))
-	}
-	conds, _ := dig(h, "matchConditions").([]any)
-	if len(conds) < 5 {
-		t.Errorf("matchConditions %v: want the parkable conditions and the claim-or-auto-claim one", conds)
+	// With no live configuration to look at (no cluster, or a first install), auto-claim is off:
+	// the driver turns the last condition of park-auto-claimed on when a class is marked.
+	conds, _ := dig(hooks[1].(map[string]any), "matchConditions").([]any)
+	last, _ := conds[len(conds)-1].(map[string]any)
+	if last["name"] != "auto-claim-enabled" || last["expression"] != "false" {
+		t.Errorf("park-auto-claimed ends with %v, want auto-claim-enabled: \"false\"", last)
 	}
 	svc := objs["Service/metallb-iad-parking-webhook"]
 	if svc == nil || dig(svc, "spec", "ports", 0, "port") != float64(443) || dig(svc, "spec", "ports", 0, "targetPort") != "parking-webhook" {
@@ -336,10 +342,12 @@ func TestParkingWebhookRendering(t *testing.T) {
 	// A driver outside the cluster: the URL, and no Service.
 	objs = renderDriverFor(t, map[string]any{"deploy": false, "admissionPolicy": map[string]any{"parkingWebhook": map[string]any{
 		"url": "https://127.0.0.1:9443/park", "failurePolicy": "Ignore", "timeoutSeconds": 2}}}, nil)
-	h = dig(objs["MutatingWebhookConfiguration/metallb-iad-parking"], "webhooks", 0).(map[string]any)
-	if dig(h, "clientConfig", "url") != "https://127.0.0.1:9443/park" || dig(h, "clientConfig", "service") != nil ||
-		dig(h, "failurePolicy") != "Ignore" || dig(h, "timeoutSeconds") != float64(2) {
-		t.Errorf("with a URL: clientConfig %v, failurePolicy %v, timeout %v", dig(h, "clientConfig"), dig(h, "failurePolicy"), dig(h, "timeoutSeconds"))
+	for i := range 2 {
+		h := dig(objs["MutatingWebhookConfiguration/metallb-iad-parking"], "webhooks", i).(map[string]any)
+		if dig(h, "clientConfig", "url") != "https://127.0.0.1:9443/park" || dig(h, "clientConfig", "service") != nil ||
+			dig(h, "failurePolicy") != "Ignore" || dig(h, "timeoutSeconds") != float64(2) {
+			t.Errorf("with a URL: clientConfig %v, failurePolicy %v, timeout %v", dig(h, "clientConfig"), dig(h, "failurePolicy"), dig(h, "timeoutSeconds"))
+		}
 	}
 	if objs["Service/metallb-iad-parking-webhook"] != nil {
 		t.Error("a Service for a driver that runs outside the cluster")

@@ -215,23 +215,27 @@ func (pol mutatingPolicy) evaluate(obj, old, param map[string]any) (map[string]a
 	return out, true, nil
 }
 
-// ParkingWebhookName is the driver chart's parking webhook (its MutatingWebhookConfiguration and
-// webhook), rendered where the cluster serves no MutatingAdmissionPolicy.
+// The driver chart's parking webhooks (one MutatingWebhookConfiguration), rendered where the
+// cluster serves no MutatingAdmissionPolicy, and the condition of the auto-claim one that the
+// driver keeps "true" while a class of its is marked for auto-claim.
 const (
 	ParkingWebhookConfiguration = "metallb-iad-parking"
-	ParkingWebhookName          = "park.metallb-iad.local.sdn.cozystack.io"
+	ParkClaimedWebhook          = "park-claimed.metallb-iad.local.sdn.cozystack.io"
+	ParkAutoClaimedWebhook      = "park-auto-claimed.metallb-iad.local.sdn.cozystack.io"
+	AutoClaimEnabledCondition   = "auto-claim-enabled"
 )
 
-// ParkingWebhook is the chart's parking webhook's matchConditions, compiled with the apiserver's
+// ParkingWebhook is the chart's parking webhooks' matchConditions, compiled with the apiserver's
 // admission CEL compiler: which Service writes the apiserver sends to the driver at all.
 type ParkingWebhook struct {
-	Spec       admissionregistrationv1.MutatingWebhook
-	conditions []namedResult
+	Specs    []admissionregistrationv1.MutatingWebhook
+	compiled [][]namedResult
 }
 
 // LoadParkingWebhook renders the driver chart from the checkout at root as for an apiserver
-// without MutatingAdmissionPolicy and compiles its parking webhook's matchConditions.
-func LoadParkingWebhook(root, namespace string, values map[string]any) (*ParkingWebhook, error) {
+// without MutatingAdmissionPolicy and compiles its parking webhooks' matchConditions, with the
+// auto-claim-enabled condition as the driver keeps it when autoClaimEnabled says so.
+func LoadParkingWebhook(root, namespace string, values map[string]any, autoClaimEnabled bool) (*ParkingWebhook, error) {
 	ch, err := charts.Load(charts.Dir(root, "metallb-iad"))
 	if err != nil {
 		return nil, err
@@ -245,30 +249,34 @@ func LoadParkingWebhook(root, namespace string, values map[string]any) (*Parking
 		if err := yaml.Unmarshal([]byte(doc), &c); err != nil || c.Kind != "MutatingWebhookConfiguration" || c.Name != ParkingWebhookConfiguration {
 			continue
 		}
+		out := &ParkingWebhook{}
+		compiler := plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 		for _, w := range c.Webhooks {
-			if w.Name != ParkingWebhookName {
-				continue
-			}
-			compiler := plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-			out := &ParkingWebhook{Spec: w}
+			var conds []namedResult
 			for _, mc := range w.MatchConditions {
-				r := compiler.CompileCELExpression(&matchconditions.MatchCondition{Name: mc.Name, Expression: mc.Expression},
+				expr := mc.Expression
+				if mc.Name == AutoClaimEnabledCondition {
+					expr = fmt.Sprint(autoClaimEnabled)
+				}
+				r := compiler.CompileCELExpression(&matchconditions.MatchCondition{Name: mc.Name, Expression: expr},
 					plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.NewExpressions)
 				if r.Error != nil {
 					return nil, fmt.Errorf("webhook %s: matchCondition %s: %w", w.Name, mc.Name, r.Error)
 				}
-				out.conditions = append(out.conditions, namedResult{mc.Name, r})
+				conds = append(conds, namedResult{mc.Name, r})
 			}
-			return out, nil
+			out.Specs = append(out.Specs, w)
+			out.compiled = append(out.compiled, conds)
 		}
+		return out, nil
 	}
-	return nil, fmt.Errorf("the metallb-iad chart renders no webhook %s in MutatingWebhookConfiguration %s", ParkingWebhookName, ParkingWebhookConfiguration)
+	return nil, fmt.Errorf("the metallb-iad chart renders no MutatingWebhookConfiguration %s", ParkingWebhookConfiguration)
 }
 
-// Calls says whether the apiserver sends the write of req (in a tenant namespace) to the webhook:
-// every matchCondition holds. A condition that fails to evaluate is an error (the apiserver would
-// then apply the failurePolicy).
-func (w *ParkingWebhook) Calls(req ParkRequest) (bool, error) {
+// Calls says which of the webhooks the apiserver sends the write of req (in a tenant namespace)
+// to: those whose every matchCondition holds. A condition that fails to evaluate is an error (the
+// apiserver would then apply the failurePolicy).
+func (w *ParkingWebhook) Calls(req ParkRequest) ([]string, error) {
 	op := "UPDATE"
 	var oldVal any = types.NullValue
 	if req.OldObject == nil {
@@ -282,18 +290,26 @@ func (w *ParkingWebhook) Calls(req ParkRequest) (bool, error) {
 			"kind":     map[string]any{"group": "", "version": "v1", "kind": "Service"},
 			"resource": map[string]any{"group": "", "version": "v1", "resource": "services"}},
 	}
-	for _, c := range w.conditions {
-		v, _, err := c.Program.Eval(act)
-		if err != nil {
-			return false, fmt.Errorf("matchCondition %s: %w", c.name, err)
+	var called []string
+	for i, conds := range w.compiled {
+		all := true
+		for _, c := range conds {
+			v, _, err := c.Program.Eval(act)
+			if err != nil {
+				return nil, fmt.Errorf("webhook %s: matchCondition %s: %w", w.Specs[i].Name, c.name, err)
+			}
+			ok, isBool := v.Value().(bool)
+			if !isBool {
+				return nil, fmt.Errorf("webhook %s: matchCondition %s gave %v", w.Specs[i].Name, c.name, v)
+			}
+			if !ok {
+				all = false
+				break
+			}
 		}
-		ok, isBool := v.Value().(bool)
-		if !isBool {
-			return false, fmt.Errorf("matchCondition %s gave %v", c.name, v)
-		}
-		if !ok {
-			return false, nil
+		if all {
+			called = append(called, w.Specs[i].Name)
 		}
 	}
-	return true, nil
+	return called, nil
 }

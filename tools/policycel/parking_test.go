@@ -283,42 +283,79 @@ func TestParkingConstantsAreTheCores(t *testing.T) {
 	}
 }
 
-// Below Kubernetes 1.36 the driver's parking webhook parks in place of the policies, and the
-// apiserver sends it only the writes its matchConditions admit: over random writes, every write
-// the policies park is sent (the webhook never misses one), and some are not (the conditions do
-// filter: an existing Service with an address, a pinned one, a ClusterIP one never wait on the
-// driver).
+// Below Kubernetes 1.36 the driver's parking webhooks park in place of the policies, and the
+// apiserver sends them only the writes their matchConditions admit. Over random writes and
+// classes, with the auto-claim-enabled condition as the driver keeps it (true exactly when a class
+// of this driver is marked for auto-claim): every write the policies park is sent to a webhook (it
+// never misses one); a Service that names no claim nor class is never sent while no class is
+// marked (a cluster without auto-claim does not depend on the driver for plain Services); and some
+// writes are not sent at all.
 func TestParkingWebhookIsCalledForEveryWriteThePoliciesPark(t *testing.T) {
-	w, err := LoadParkingWebhook(filepath.Join("..", ".."), "cozy-metallb-iad", nil)
+	root := filepath.Join("..", "..")
+	off, err := LoadParkingWebhook(root, "cozy-metallb-iad", nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Spec.FailurePolicy == nil || *w.Spec.FailurePolicy != "Fail" {
-		t.Errorf("failurePolicy %v, want Fail by default", w.Spec.FailurePolicy)
+	on, err := LoadParkingWebhook(root, "cozy-metallb-iad", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range off.Specs {
+		if w.FailurePolicy == nil || *w.FailurePolicy != "Fail" {
+			t.Errorf("%s: failurePolicy %v, want Fail by default", w.Name, w.FailurePolicy)
+		}
 	}
 	rng := rand.New(rand.NewPCG(44, 44))
-	called, skipped := 0, 0
+	called, skipped, plainSent := 0, 0, 0
 	for range 20000 {
 		b := make([]byte, 48)
 		for i := range b {
 			b[i] = byte(rng.IntN(256))
 		}
 		req := GenParkRequest(b)
+		w := off
+		if autoClaimMarked(req.Classes) {
+			w = on
+		}
 		calls, err := w.Calls(req)
 		if err != nil {
-			t.Fatalf("the webhook's matchConditions fail to evaluate (the failurePolicy would then refuse the write): %v\nold %v\nnew %v", err, req.OldObject, req.Object)
+			t.Fatalf("the webhooks' matchConditions fail to evaluate (the failurePolicy would then refuse the write): %v\nold %v\nnew %v", err, req.OldObject, req.Object)
 		}
-		if rule := ParkingRule(req); rule != "" && !calls {
-			t.Fatalf("the policies park this write (%s), the webhook is not called for it\nold %v\nnew %v\nclasses %v", rule, req.OldObject, req.Object, req.Classes)
+		if rule := ParkingRule(req); rule != "" && len(calls) == 0 {
+			t.Fatalf("the policies park this write (%s), no webhook is called for it\nold %v\nnew %v\nclasses %v", rule, req.OldObject, req.Object, req.Classes)
 		}
-		if calls {
+		ann := annotations(req.Object)
+		plain := str(ann[AnnotationServiceClaim]) == "" && str(ann[AnnotationServiceClass]) == ""
+		offCalls, err := off.Calls(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain && len(offCalls) > 0 {
+			t.Fatalf("with no class marked for auto-claim, a Service that names no claim nor class is sent to %v\nnew %v", offCalls, req.Object)
+		}
+		if plain && len(calls) > 0 {
+			plainSent++
+		}
+		if len(calls) > 0 {
 			called++
 		} else {
 			skipped++
 		}
 	}
-	t.Logf("called for %d writes, not for %d", called, skipped)
-	if skipped < 1000 || called < 200 {
-		t.Errorf("called %d, skipped %d: the sample does not exercise the conditions", called, skipped)
+	t.Logf("called for %d writes (%d that name no claim nor class, with auto-claim on), not for %d", called, plainSent, skipped)
+	if skipped < 1000 || called < 200 || plainSent < 10 {
+		t.Errorf("called %d, skipped %d, plain ones sent %d: the sample does not exercise the conditions", called, skipped, plainSent)
 	}
+}
+
+// autoClaimMarked: a class of this driver, not being deleted, is marked for auto-claim.
+func autoClaimMarked(classes []map[string]any) bool {
+	for _, c := range classes {
+		md, _ := c["metadata"].(map[string]any)
+		marks, _ := md["annotations"].(map[string]any)
+		if str(spec(c)["provisioner"]) == Provisioner && md["deletionTimestamp"] == nil && marks[AnnotationAutoClaimClass] == "true" {
+			return true
+		}
+	}
+	return false
 }

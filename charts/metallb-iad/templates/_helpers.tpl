@@ -122,3 +122,55 @@ MutatingAdmissionPolicy (Kubernetes 1.36 and later), else the webhook. */ -}}
 {{- /* Names of the parking webhook's objects: fixed, as the driver's RBAC names them. */ -}}
 {{- define "metallb-iad.parkingWebhookService" -}}metallb-iad-parking-webhook{{- end -}}
 {{- define "metallb-iad.parkingWebhookSecret" -}}metallb-iad-parking-webhook-tls{{- end -}}
+
+{{- /* What both parking webhooks share (parking-webhook.yaml): called with (dict "pw"
+admissionPolicy.parkingWebhook "root" the chart's context). */ -}}
+{{- define "metallb-iad.parkingWebhookCommon" }}
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: {{ .pw.failurePolicy }}
+    timeoutSeconds: {{ .pw.timeoutSeconds }}
+    matchPolicy: Equivalent
+    reinvocationPolicy: Never
+    clientConfig:
+      {{- if .pw.url }}
+      url: {{ .pw.url | quote }}
+      {{- else }}
+      service:
+        name: {{ include "metallb-iad.parkingWebhookService" .root }}
+        namespace: {{ .root.Release.Namespace }}
+        path: /park
+        port: 443
+      {{- end }}
+    rules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["services"]
+        scope: Namespaced
+    namespaceSelector:
+      matchExpressions:
+        - key: {{ .root.Values.admissionPolicy.namespaceLabel | quote }}
+          operator: Exists
+{{- end }}
+
+{{- /* The conditions under which auto-claim could serve a Service, as the park-auto-claimed policy
+has them (parking-policy.yaml), for the park-auto-claimed webhook. */ -}}
+{{- define "metallb-iad.autoClaimable" }}
+      - name: not-being-deleted
+        expression: "!has(object.metadata.deletionTimestamp)"
+      - name: not-a-drivers-own
+        expression: >-
+          !has(object.metadata.labels) || !('local.sdn.cozystack.io/driver' in object.metadata.labels)
+      - name: not-opted-out
+        # Compared case-insensitively by the driver (Go's EqualFold).
+        expression: >-
+          !has(object.metadata.annotations) || !('local.sdn.cozystack.io/auto-claim' in object.metadata.annotations) ||
+          object.metadata.annotations['local.sdn.cozystack.io/auto-claim'].lowerAscii().replace('ſ', 's') != 'false'
+      - name: shows-no-address
+        # The stored object too: a client may send an update without status.
+        expression: >-
+          request.operation == 'CREATE' ||
+          ((!has(object.status) || !has(object.status.loadBalancer) || !has(object.status.loadBalancer.ingress) || size(object.status.loadBalancer.ingress) == 0) &&
+          (oldObject == null || !has(oldObject.status) || !has(oldObject.status.loadBalancer) || !has(oldObject.status.loadBalancer.ingress) || size(oldObject.status.loadBalancer.ingress) == 0))
+{{- end }}

@@ -39,6 +39,14 @@ const (
 	CertRenewAt   = 90 * 24 * time.Hour
 )
 
+// DefaultRecheck is how often the certificate keeper looks at the Secret and the configuration:
+// two reads, and no write while both are as they should be.
+const DefaultRecheck = 15 * time.Second
+
+// MaxTrusted bounds how many authorities the configuration trusts at once (the current one and
+// earlier ones a replica may still serve a certificate of, until they end).
+const MaxTrusted = 4
+
 // Keys of the Secret that holds the authority and the serving certificate (a kubernetes.io/tls
 // Secret with the authority beside): ca.crt is every authority the webhook configuration trusts,
 // the current one first.
@@ -64,8 +72,9 @@ type Certs struct {
 	// DNSNames and IPs are the names the serving certificate is for.
 	DNSNames []string
 	IPs      []net.IP
-	// Recheck is how often the Secret and the configuration are looked at again (an hour when
-	// zero); a failed attempt is retried sooner, with backoff.
+	// Recheck is how often the Secret and the configuration are looked at again (DefaultRecheck
+	// when zero): a configuration made again without the caBundle, or a Secret deleted, is
+	// repaired within it; a failed attempt is retried with backoff.
 	Recheck time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
@@ -101,12 +110,13 @@ func (c *Certs) Ready() error {
 func (c *Certs) Start(ctx context.Context) error {
 	recheck := c.Recheck
 	if recheck <= 0 {
-		recheck = time.Hour
+		recheck = DefaultRecheck
 	}
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 7, Cap: time.Minute}
 	for {
 		next := recheck
 		if err := c.Ensure(ctx); err != nil {
+			c.injected.Store(false)
 			log.FromContext(ctx).Error(err, "keeping the parking webhook's certificate")
 			if backoff.Steps <= 1 {
 				backoff.Steps = 2 // stay at the cap
@@ -176,31 +186,49 @@ func (c *Certs) Ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the certificate of Secret %s/%s: %w", c.Namespace, c.Secret, err)
 	}
-	c.current.Store(&cert)
-	if err := c.injectCABundle(ctx, &cfg, secret.Data[KeyCACert]); err != nil {
+	// The configuration trusts the Secret's authorities before this replica serves a certificate
+	// of them: a certificate the apiserver does not trust would refuse every call to it.
+	if err := c.injectCABundle(ctx, &cfg, secret.Data[KeyCACert], now()); err != nil {
 		return err
 	}
+	c.current.Store(&cert)
 	c.injected.Store(true)
 	return nil
 }
 
 // injectCABundle makes every webhook of the configuration (as read at the start of the pass)
-// trust bundle, writing only the webhooks that do not yet, with a JSON patch that tests each
-// one's name at its index: a configuration changed since fails the test and is read again on
-// the next pass.
-func (c *Certs) injectCABundle(ctx context.Context, cfg *admissionregistrationv1.MutatingWebhookConfiguration, bundle []byte) error {
+// trust the authorities of bundle, and keep trusting those it trusts already that have not ended
+// (another replica may still serve a certificate of one, until its next pass reads the Secret),
+// at most MaxTrusted, newest first. It writes only a webhook that lacks one of bundle's, with a
+// JSON patch that tests the configuration's resourceVersion: a configuration changed since is
+// read again on the next pass.
+func (c *Certs) injectCABundle(ctx context.Context, cfg *admissionregistrationv1.MutatingWebhookConfiguration, bundle []byte, now time.Time) error {
+	want := parseBundle(bundle)
 	var ops []map[string]any
 	for i, w := range cfg.Webhooks {
-		if bytes.Equal(w.ClientConfig.CABundle, bundle) {
+		have := parseBundle(w.ClientConfig.CABundle)
+		if containsAll(have, want) {
 			continue
+		}
+		merged := slices.Clone(want)
+		for _, h := range have {
+			if now.Before(h.NotAfter) && !slices.ContainsFunc(merged, h.Equal) {
+				merged = append(merged, h)
+			}
+		}
+		merged = merged[:min(len(merged), MaxTrusted)]
+		var pemBundle []byte
+		for _, m := range merged {
+			pemBundle = append(pemBundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Raw})...)
 		}
 		ops = append(ops,
 			map[string]any{"op": "test", "path": fmt.Sprintf("/webhooks/%d/name", i), "value": w.Name},
-			map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": bundle})
+			map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": pemBundle})
 	}
 	if len(ops) == 0 {
 		return nil
 	}
+	ops = append([]map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cfg.ResourceVersion}}, ops...)
 	patch, err := json.Marshal(ops)
 	if err != nil {
 		return err
@@ -210,6 +238,30 @@ func (c *Certs) injectCABundle(ctx context.Context, cfg *admissionregistrationv1
 	}
 	log.FromContext(ctx).Info("the parking webhook's authority is in its configuration", "configuration", c.Configuration)
 	return nil
+}
+
+// parseBundle reads the certificates of a PEM bundle.
+func parseBundle(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+}
+
+// containsAll: every certificate of want is in have.
+func containsAll(have, want []*x509.Certificate) bool {
+	for _, w := range want {
+		if !slices.ContainsFunc(have, w.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 // renew returns the Secret's data with every part that is missing, invalid or due renewed: the
@@ -256,12 +308,8 @@ func renew(data map[string][]byte, dnsNames []string, ips []net.IP, now time.Tim
 // included.
 func parseCA(certPEM, keyPEM []byte, now time.Time) (ca *x509.Certificate, key *ecdsa.PrivateKey, trusted []*x509.Certificate) {
 	var certs []*x509.Certificate
-	for rest := certPEM; ; {
-		var b *pem.Block
-		if b, rest = pem.Decode(rest); b == nil {
-			break
-		}
-		if c, err := x509.ParseCertificate(b.Bytes); err == nil && c.IsCA {
+	for _, c := range parseBundle(certPEM) {
+		if c.IsCA {
 			certs = append(certs, c)
 		}
 	}

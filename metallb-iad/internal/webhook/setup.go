@@ -65,11 +65,15 @@ func (o Options) Server(certs *Certs) (ctrlwebhook.Server, error) {
 	}}), nil
 }
 
-// Setup registers the parking webhook, its certificate keeper and its readiness check with mgr,
-// whose webhook server is o.Server(certs).
+// Setup registers the parking webhook, its certificate keeper, the switch of its auto-claim
+// webhook and its readiness check with mgr, whose webhook server is o.Server(certs).
 func Setup(mgr manager.Manager, certs *Certs) error {
 	certs.Client, certs.Reader = mgr.GetClient(), mgr.GetAPIReader()
 	if err := mgr.Add(certs); err != nil {
+		return err
+	}
+	if err := mgr.Add(&AutoClaimSwitch{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Cache: mgr.GetCache(),
+		Configuration: certs.Configuration, Recheck: certs.Recheck}); err != nil {
 		return err
 	}
 	c := mgr.GetClient()
