@@ -222,7 +222,8 @@ func TestParkingPolicies(t *testing.T) {
 // The provisioner the auto-claim policy (and this model) compares with is the driver's own
 // constant, read from the driver's source (its package is internal to the driver's module).
 func TestProvisionerIsTheDrivers(t *testing.T) {
-	got := goConsts(t, filepath.Join("..", "..", "metallb-iad", "internal", "driver", "plan", "names.go"))["Provisioner"]
+	// The driver's name, which its planners and its parking webhook take from package parking.
+	got := goConsts(t, filepath.Join("..", "..", "metallb-iad", "pkg", "parking", "parking.go"))["Provisioner"]
 	if got != Provisioner {
 		t.Fatalf("the driver's Provisioner is %q, the parking model's %q", got, Provisioner)
 	}
