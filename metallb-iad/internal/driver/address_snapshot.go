@@ -44,7 +44,7 @@ func (d *Driver) addressSnapshot(ctx context.Context, a *ipamv1.IPAddress) (*pla
 		return nil, err
 	}
 	var failures map[string]string
-	if v.FailedAt, failures, err = d.allocationFailures(ctx, v.Holds, v.Now); err != nil {
+	if v.FailedAt, failures, err = d.allocationFailures(ctx, v.Holds, v.Now, nil); err != nil {
 		return nil, err
 	}
 	if len(v.Holds) > 0 {
@@ -126,12 +126,12 @@ func (d *Driver) refreshServices(ctx context.Context, v *plan.AddressView) error
 }
 
 // allocationFailures looks up, in the cache, MetalLB's latest AllocationFailed report on each
-// placeholder that may be nudged (MayNudge): the Events MetalLB's controller records on it;
+// placeholder that may be nudged (MayNudge, or alsoFor when given): the Events MetalLB's controller records on it;
 // when, and what it said (by uid).
-func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time) (map[types.UID]time.Time, map[string]string, error) {
+func (d *Driver) allocationFailures(ctx context.Context, placeholders []*corev1.Service, now time.Time, alsoFor func(*corev1.Service) bool) (map[types.UID]time.Time, map[string]string, error) {
 	out, said := map[types.UID]time.Time{}, map[string]string{}
 	for _, s := range placeholders {
-		if !plan.MayNudge(s, now, d.NudgeAfter) {
+		if !plan.MayNudge(s, now, d.NudgeAfter) && (alsoFor == nil || !alsoFor(s)) {
 			continue
 		}
 		t, msg, err := d.lastAllocationFailed(ctx, s)

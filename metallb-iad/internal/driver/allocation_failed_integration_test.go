@@ -89,7 +89,7 @@ func TestAllocationFailedIsReadFromTheCache(t *testing.T) {
 	}
 	before := eventReads.Load()
 	// Long after both were last touched: each may be nudged, so each report is looked up.
-	failedAt, said, err := testDriver.allocationFailures(ctx, many, time.Now().Add(48*time.Hour))
+	failedAt, said, err := testDriver.allocationFailures(ctx, many, time.Now().Add(48*time.Hour), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,11 +62,16 @@ func (d *Driver) provisionSnapshot(ctx context.Context, key types.NamespacedName
 			return v, err
 		}
 	}
-	var err error
-	if v.FailedAt, _, err = d.allocationFailures(ctx, v.Placeholders, v.Now); err != nil {
+	if err := d.poolWindow(ctx, &v); err != nil {
 		return v, err
 	}
-	if err := d.poolWindow(ctx, &v); err != nil {
+	// MetalLB's reports on the placeholders a nudge may be due for: those untouched for
+	// NudgeAfter, and those whose pool has moved on since they were made or last nudged (a
+	// refusal in the earlier state makes the nudge due at once).
+	var err error
+	if v.FailedAt, _, err = d.allocationFailures(ctx, v.Placeholders, v.Now, func(s *corev1.Service) bool {
+		return plan.PoolMovedOn(s, v.Pool[ipamv1.IPFamily(s.Labels[plan.LabelFamily])])
+	}); err != nil {
 		return v, err
 	}
 	// What each served placeholder's IP already is.

@@ -137,7 +137,7 @@ func (w *provisioningWindow) seePool(o any, deleted bool) {
 		}
 		prev, seen := w.pools[pf]
 		w.pools[pf] = st
-		if prev.Stamp != st.Stamp {
+		if prev.Count != st.Count {
 			delete(w.consumed, pf)
 		}
 		if !seen || prev.Stamp == st.Stamp || st.Full {

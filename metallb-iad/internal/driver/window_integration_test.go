@@ -124,3 +124,66 @@ func TestWaitingClaimsShareOnePlaceholderPerFullPool(t *testing.T) {
 	}
 	_ = metav1.Now
 }
+
+// refuseAsMetalLB records MetalLB's AllocationFailed report on a Service, as MetalLB's
+// controller does when it cannot assign it.
+func refuseAsMetalLB(t *testing.T, s *corev1.Service) {
+	t.Helper()
+	at := metav1.NewTime(time.Now())
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, GenerateName: "metallb-"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: s.Namespace, Name: s.Name, UID: s.UID},
+		Reason:         ReasonAllocationFailed, Message: "Failed to allocate IP: no available IPs", Type: corev1.EventTypeWarning,
+		FirstTimestamp: at, LastTimestamp: at, Count: 1, Source: corev1.EventSource{Component: "metallb-controller"}}
+	if err := admin.Create(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), ev) })
+}
+
+// MetalLB does not retry an allocation it refused: a placeholder it refused is asked again once
+// the pool has room. The pool's count may come back to the very numbers the placeholder was
+// refused under (an address taken and given back): the pool's state still moved on, and the
+// placeholder is nudged, at once, not after the minute its age would make it wait.
+func TestRefusedPlaceholderIsNudgedWhenThePoolReturnsToAnEarlierCount(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	const pool = "restamp"
+	newNamespace(t, "tenant-restamp")
+	newPoolClass(t, pool, "198.18.47.0/30")
+	setPoolCount(t, pool, 3, 1)
+	stampAsCore(t, "tenant-restamp", "c", pool, ipamv1.IPv4)
+	var s corev1.Service
+	eventually(t, "a placeholder for the claim", func() (bool, error) {
+		got := provisioningOfPool(t, pool)
+		if len(got) == 1 {
+			s = got[0]
+		}
+		return len(got) == 1, nil
+	})
+	recorded := s.Annotations[plan.AnnotationPoolState]
+	if recorded == "" {
+		t.Fatalf("placeholder %s records no pool state", s.Name)
+	}
+	// Someone takes the free address before MetalLB gets to the placeholder: refused.
+	setPoolCount(t, pool, 4, 0)
+	refuseAsMetalLB(t, &s)
+	settled(t, "tenant-restamp")
+	if got := provisioningOfPool(t, pool); len(got) != 1 || got[0].Annotations[plan.AnnotationNudge] != "" {
+		t.Fatalf("placeholder nudged while MetalLB counts the pool full: %v", got)
+	}
+	// The address comes back: the same count as when the placeholder was made.
+	setPoolCount(t, pool, 3, 1)
+	eventuallyWithin(t, 10*time.Second, "the refused placeholder to be nudged", func() (bool, error) {
+		var now corev1.Service
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(&s), &now); err != nil {
+			return false, err
+		}
+		if now.Annotations[plan.AnnotationNudge] == "" {
+			return false, nil
+		}
+		if st := now.Annotations[plan.AnnotationPoolState]; st == recorded {
+			return false, fmt.Errorf("nudged, recording the pool state %q it was created in", st)
+		}
+		return true, nil
+	})
+}

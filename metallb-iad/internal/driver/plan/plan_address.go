@@ -461,8 +461,7 @@ func holdsServedFirst(v AddressView) []*corev1.Service {
 // backlog in order and will get to this one.
 func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failedAt time.Time, mark MetallbMark) (bool, time.Duration) {
 	last := LastTouch(s)
-	every := max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter))
-	every = min(every, driverkit.MaxRecheck)
+	every := nudgeEvery(s, now, nudgeAfter)
 	if wait := every - now.Sub(last); wait > 0 {
 		return false, wait
 	}
@@ -481,6 +480,12 @@ func nudgeDue(s *corev1.Service, now time.Time, nudgeAfter time.Duration, failed
 		return true, every
 	}
 	return false, look
+}
+
+// nudgeEvery is the back-off between two nudges of a placeholder: a quarter of its age, at least
+// nudgeAfter, at most driverkit.MaxRecheck.
+func nudgeEvery(s *corev1.Service, now time.Time, nudgeAfter time.Duration) time.Duration {
+	return min(max(nudgeAfter, driverkit.Recheck(s.CreationTimestamp.Time, now, nudgeAfter)), driverkit.MaxRecheck)
 }
 
 // silenceCap is how long a placeholder waits without a report, while MetalLB serves nothing

@@ -237,7 +237,7 @@ func fuzzProvisionView(data []byte) ProvisionView {
 	v.MayCreate, v.Pool = map[ipamv1.IPFamily]bool{}, map[ipamv1.IPFamily]PoolState{}
 	for _, fam := range fuzzFamilies {
 		v.MayCreate[fam] = c.n(2) == 0
-		v.Pool[fam] = []PoolState{{Free: -1}, {Stamp: "1/5", Free: 5}, {Stamp: "1/0", Full: true}}[c.n(3)]
+		v.Pool[fam] = []PoolState{{Free: -1}, {Stamp: "1/5/9", Count: "1/5", Free: 5}, {Stamp: "1/0/9", Count: "1/0", Full: true}}[c.n(3)]
 	}
 	for _, s := range v.Placeholders {
 		if st := v.Pool[ipamv1.IPFamily(s.Labels[LabelFamily])].Stamp; st != "" && c.n(2) == 1 {
@@ -249,6 +249,13 @@ func fuzzProvisionView(data []byte) ProvisionView {
 				v.FailedAt = map[types.UID]time.Time{}
 			}
 			v.FailedAt[s.UID] = LastTouch(s).Add(time.Duration(c.n(30)) * time.Second)
+		}
+	}
+	// (Drawn last, so that the committed seeds decode as before.) A placeholder that recorded a
+	// pool state may have recorded an earlier one, with the very counts the pool shows now.
+	for _, s := range v.Placeholders {
+		if st := s.Annotations[AnnotationPoolState]; st != "" && c.n(2) == 1 {
+			s.Annotations[AnnotationPoolState] = strings.TrimSuffix(st, "/9") + "/3"
 		}
 	}
 	refreshProvisionView(&v)
@@ -397,21 +404,30 @@ func checkProvisionPlan(t *testing.T, v ProvisionView, p ProvisionPlan) {
 		}
 	}
 	// No write while nothing changes: a placeholder is nudged neither while MetalLB counts its
-	// pool full, nor in the pool state it was created or last nudged in once MetalLB answered it
-	// or it was nudged; a nudge records the pool's state.
+	// pool full, nor, in the pool state it was created or last nudged in, before its back-off; a
+	// nudge records the pool's state. And none is left for good: one MetalLB refused in an
+	// earlier state of the pool, which has room now, is nudged at once.
+	nudged := map[string]bool{}
 	for _, s := range p.Nudge {
+		nudged[s.Name] = true
 		fam := ipamv1.IPFamily(s.Labels[LabelFamily])
 		st := v.Pool[fam]
-		last := LastTouch(s)
-		refused := !v.FailedAt[s.UID].IsZero() && !v.FailedAt[s.UID].Before(last.Truncate(time.Second))
 		switch {
 		case s.Labels[LabelRole] == RoleProvisioning && st.Full:
 			t.Fatalf("nudged %s although MetalLB counts the pool full", s.Name)
-		case s.Labels[LabelRole] == RoleProvisioning && st.Stamp != "" && s.Annotations[AnnotationPoolState] == st.Stamp &&
-			(refused || s.Annotations[AnnotationNudge] != ""):
-			t.Fatalf("nudged %s again in the pool state %s it was answered or nudged in", s.Name, st.Stamp)
+		case s.Labels[LabelRole] == RoleProvisioning && !PoolMovedOn(s, st) && v.Now.Sub(LastTouch(s)) < nudgeEvery(s, v.Now, v.NudgeAfter):
+			t.Fatalf("nudged %s again in the pool state %s before its back-off", s.Name, st.Stamp)
 		case p.NudgeStamps[s.Name] != st.Stamp:
 			t.Fatalf("nudged %s recording pool state %q, the pool's is %q", s.Name, p.NudgeStamps[s.Name], st.Stamp)
+		}
+	}
+	for fam, s := range KeptPlaceholders(v) {
+		if gone[s.Name] || !PoolMovedOn(s, v.Pool[fam]) || !refusedSinceTouch(s, v.FailedAt[s.UID]) {
+			continue
+		}
+		if !nudged[s.Name] {
+			t.Fatalf("placeholder %s, refused in the pool's earlier state %s, not nudged in its new state %s",
+				s.Name, s.Annotations[AnnotationPoolState], v.Pool[fam].Stamp)
 		}
 	}
 	for _, s := range p.Create {

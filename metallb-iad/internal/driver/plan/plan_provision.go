@@ -155,27 +155,30 @@ func CreatesFor(v ProvisionView) []ipamv1.IPFamily {
 
 // provisioningNudgeDue decides whether a placeholder MetalLB has not served is nudged now, and
 // when to look again. MetalLB does not retry an allocation it refused, so a nudge is what makes
-// it try again; but trying again is worth a write only when the pool may have room the
-// placeholder was refused without. So nothing is nudged while MetalLB counts the pool full, nor
-// while the pool is in the state the placeholder was created or last nudged in and MetalLB has
-// answered since (refused it) or been asked again already: a claim waiting on a full pool costs
-// no periodic write. The window's release brings the claim back when the pool's state changes.
-// Otherwise the general rule decides (nudgeDue: after a refusal, or after a silence that tells
-// of a lost report), with its back-off.
+// it try again. Nothing is nudged while MetalLB counts the pool full: a claim waiting on a full
+// pool costs no periodic write, and the window brings it back when the pool's state changes. A
+// placeholder MetalLB refused in an earlier state of the pool, which has room now, is nudged at
+// once, recording the new state (the stamp never repeats, so no later state looks like the one
+// it was refused in). Otherwise, while the pool has room (or MetalLB counts nothing), the general
+// rule decides (nudgeDue: after a refusal, or after a silence that tells of a lost report), with
+// its back-off: a count that lags MetalLB's own view is asked again now and then, never left for
+// good; and since the window keeps no more placeholders waiting than MetalLB counts free, those
+// writes stay bounded per pool, whatever the number of waiting claims.
 func provisioningNudgeDue(v ProvisionView, s *corev1.Service, fam ipamv1.IPFamily) (bool, time.Duration) {
 	st := v.Pool[fam]
 	if st.Full {
 		return false, driverkit.MaxRecheck
 	}
-	if st.Stamp != "" && s.Annotations[AnnotationPoolState] == st.Stamp {
-		last := LastTouch(s)
-		failedAt := v.FailedAt[s.UID]
-		refused := !failedAt.IsZero() && !failedAt.Before(last.Truncate(time.Second))
-		if refused || s.Annotations[AnnotationNudge] != "" {
-			return false, driverkit.MaxRecheck
-		}
+	if PoolMovedOn(s, st) && refusedSinceTouch(s, v.FailedAt[s.UID]) {
+		return true, nudgeEvery(s, v.Now, v.NudgeAfter)
 	}
 	return nudgeDue(s, v.Now, v.NudgeAfter, v.FailedAt[s.UID], v.MetallbPassed)
+}
+
+// refusedSinceTouch: MetalLB's last refusal (failedAt) came after the placeholder was created or
+// last nudged (event times have a resolution of a second).
+func refusedSinceTouch(s *corev1.Service, failedAt time.Time) bool {
+	return !failedAt.IsZero() && !failedAt.Before(LastTouch(s).Truncate(time.Second))
 }
 
 // planRetire decides the placeholders the claim does not need (any more), all but kept: a served

@@ -215,25 +215,58 @@ func TestPlanProvision(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"refused by MetalLB in the pool's present state: no nudge", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+		{"refused by MetalLB in the pool's present state, with room in it: nudged after the back-off", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
 			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
-			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/2"
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/2/10"
 			v.Now = t0.Add(time.Hour)
 			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
-			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/2", Free: 2}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/2/10", Count: "1/2", Free: 2}
 		}), func(t *testing.T, p ProvisionPlan) {
-			if len(p.Nudge) != 0 || p.Requeue != time.Minute {
+			if len(p.Nudge) != 1 || p.NudgeStamps[p.Nudge[0].Name] != "1/2/10" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"refused again in the state it was nudged in: not before the back-off", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Now = t0.Add(time.Hour)
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/2/10"
+			v.Placeholders[0].Annotations[AnnotationNudge] = v.Now.Add(-10 * time.Second).Format(time.RFC3339Nano)
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: v.Now.Add(-9 * time.Second)}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/2/10", Count: "1/2", Free: 2}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 0 || p.Requeue != 50*time.Second {
 				t.Fatalf("%+v", p)
 			}
 		}},
 		{"refused by MetalLB, the pool changed since: nudged once, recording the new state", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
 			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
-			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/0"
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/0/10"
 			v.Now = t0.Add(time.Hour)
 			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
-			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/1", Free: 1}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/1/11", Count: "1/1", Free: 1}
 		}), func(t *testing.T, p ProvisionPlan) {
-			if len(p.Nudge) != 1 || p.NudgeStamps[p.Nudge[0].Name] != "1/1" {
+			if len(p.Nudge) != 1 || p.NudgeStamps[p.Nudge[0].Name] != "1/1/11" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"refused, the pool back at the counts it was refused under: a new state, nudged at once", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/1/10"
+			v.Now = t0.Add(2 * time.Second) // younger than NudgeAfter: the back-off alone would wait
+			v.FailedAt = map[types.UID]time.Time{v.Placeholders[0].UID: t0.Add(time.Second)}
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/1/12", Count: "1/1", Free: 1}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 1 || p.NudgeStamps[p.Nudge[0].Name] != "1/1/12" || p.Requeue <= 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"the pool moved on, but MetalLB has not answered the placeholder: no nudge yet", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4)}
+			v.Placeholders[0].Annotations[AnnotationPoolState] = "1/1/10"
+			v.Now = t0.Add(2 * time.Second)
+			v.Pool[ipamv1.IPv4] = PoolState{Stamp: "1/2/12", Count: "1/2", Free: 2}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Nudge) != 0 || p.Requeue <= 0 {
 				t.Fatalf("%+v", p)
 			}
 		}},
@@ -256,7 +289,7 @@ func TestPlanProvision(t *testing.T) {
 // version before v0.15, or not yet) leaves the window alone.
 func TestProvisioningSlots(t *testing.T) {
 	pool := func(st metallb.IPAddressPoolStatus) *metallb.IPAddressPool {
-		return &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: st}
+		return &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Generation: 3, ResourceVersion: "70"}, Status: st}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -267,14 +300,35 @@ func TestProvisioningSlots(t *testing.T) {
 	}{
 		{"not counted", pool(metallb.IPAddressPoolStatus{}), ipamv1.IPv4, PoolState{Free: -1}, 32},
 		{"no pool", nil, ipamv1.IPv4, PoolState{Free: -1}, 32},
-		{"full: one, to ask MetalLB once it has room", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 8}), ipamv1.IPv4, PoolState{Stamp: "3/0", Full: true}, 1},
-		{"three free", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 5, AvailableIPv4: 3}), ipamv1.IPv4, PoolState{Stamp: "3/3", Free: 3}, 3},
-		{"more free than the window", pool(metallb.IPAddressPoolStatus{AvailableIPv6: 1 << 40}), ipamv1.IPv6, PoolState{Stamp: "3/1099511627776", Free: 1 << 40}, 32},
+		{"full: one, to ask MetalLB once it has room", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 8}), ipamv1.IPv4, PoolState{Stamp: "3/0/70", Count: "3/0", Full: true}, 1},
+		{"three free", pool(metallb.IPAddressPoolStatus{AssignedIPv4: 5, AvailableIPv4: 3}), ipamv1.IPv4, PoolState{Stamp: "3/3/70", Count: "3/3", Free: 3}, 3},
+		{"more free than the window", pool(metallb.IPAddressPoolStatus{AvailableIPv6: 1 << 40}), ipamv1.IPv6, PoolState{Stamp: "3/1099511627776/70", Count: "3/1099511627776", Free: 1 << 40}, 32},
 		{"the other family is not counted", pool(metallb.IPAddressPoolStatus{AvailableIPv4: 3}), ipamv1.IPv6, PoolState{Free: -1}, 32},
 	} {
 		st := PoolStateOf(tc.pool, tc.fam)
 		if st != tc.state || ProvisioningSlots(st, DefaultProvisioningWindow) != tc.slots {
 			t.Errorf("%s: %+v, %d slots; want %+v, %d", tc.name, st, ProvisioningSlots(st, DefaultProvisioningWindow), tc.state, tc.slots)
 		}
+	}
+}
+
+// The pool's state never comes back: the same counts written again (an address taken and given
+// back) are a new state, which a placeholder refused in the earlier one is asked again in.
+func TestPoolStateIsForwardOnly(t *testing.T) {
+	at := func(rv string, available int64) PoolState {
+		return PoolStateOf(&metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Generation: 1, ResourceVersion: rv},
+			Status: metallb.IPAddressPoolStatus{AssignedIPv4: 4 - available, AvailableIPv4: available}}, ipamv1.IPv4)
+	}
+	before, full, after := at("10", 1), at("11", 0), at("12", 1)
+	if before.Stamp == after.Stamp || before.Stamp == full.Stamp || full.Stamp == after.Stamp {
+		t.Fatalf("stamps repeat: %q, %q, %q", before.Stamp, full.Stamp, after.Stamp)
+	}
+	if before.Count != after.Count {
+		t.Fatalf("counts differ: %q, %q", before.Count, after.Count)
+	}
+	s := provisioning("claim-uid", ipamv1.IPv4)
+	s.Annotations[AnnotationPoolState] = before.Stamp
+	if PoolMovedOn(s, before) || PoolMovedOn(s, full) || !PoolMovedOn(s, after) {
+		t.Fatalf("moved on: in its own state %v, full %v, back at its counts %v", PoolMovedOn(s, before), PoolMovedOn(s, full), PoolMovedOn(s, after))
 	}
 }

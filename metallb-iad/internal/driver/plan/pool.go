@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -89,11 +91,18 @@ func PoolSize(pool *metallb.IPAddressPool) float64 {
 // PoolState is what MetalLB says of a class's pool for one family (its status's counts), which a
 // provisioning placeholder's nudge decides from.
 type PoolState struct {
-	// Stamp names the pool's state: its generation and MetalLB's count of the family's free
-	// addresses; "" when MetalLB reports no count for the family. A placeholder records the
-	// stamp it was created or last nudged under (AnnotationPoolState): MetalLB does not retry an
-	// allocation it refused, and asking again is worth a write only once the pool has changed.
+	// Stamp names the pool's state, forward only: it never comes back to an earlier value, so a
+	// placeholder refused under one state is asked again in any later one. It is the pool's
+	// resourceVersion (which moves with every write of the pool, MetalLB's counts included)
+	// after the generation and the family's free count, for people reading it; "" when MetalLB
+	// reports no count for the family. A placeholder records the stamp it was created or last
+	// nudged under (AnnotationPoolState): MetalLB does not retry an allocation it refused, and
+	// asking again at once is worth a write only once the pool has changed. (The counts alone
+	// repeat: an address taken and given back leaves them as they were.)
 	Stamp string
+	// Count names MetalLB's count alone (generation and free addresses), which the window's
+	// accounting of placeholders served since follows.
+	Count string
 	// Full: MetalLB counts no free address of the family in the pool.
 	Full bool
 	// Free is MetalLB's count of the family's free addresses; -1 when it reports none.
@@ -114,7 +123,15 @@ func PoolStateOf(pool *metallb.IPAddressPool, fam ipamv1.IPFamily) PoolState {
 	if assigned == 0 && available == 0 {
 		return PoolState{Free: -1}
 	}
-	return PoolState{Stamp: fmt.Sprintf("%d/%d", pool.Generation, available), Full: available <= 0, Free: max(available, 0)}
+	count := fmt.Sprintf("%d/%d", pool.Generation, available)
+	return PoolState{Stamp: count + "/" + pool.ResourceVersion, Count: count, Full: available <= 0, Free: max(available, 0)}
+}
+
+// PoolMovedOn: the pool has room and is in another state than the one the unserved provisioning
+// placeholder s was created or last nudged in (both counted by MetalLB).
+func PoolMovedOn(s *corev1.Service, st PoolState) bool {
+	recorded := s.Annotations[AnnotationPoolState]
+	return !st.Full && st.Stamp != "" && recorded != "" && recorded != st.Stamp && len(IngressIPs(s)) == 0
 }
 
 // DefaultProvisioningWindow is how many provisioning placeholders of one pool and family may wait
