@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,14 +101,24 @@ func ownersEqual(a, b []metav1.OwnerReference) bool {
 }
 
 // autoClaimTurnedOn passes a class created with the auto-claim mark, an update that adds the
-// mark, and the core's stamp of when it took effect.
+// mark, the core's stamp of when it took effect, and a change of the namespaces a marked class
+// serves (a namespace it refused may be served now).
 func autoClaimTurnedOn() predicate.Predicate {
 	marked := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimClass] == "true" }
+	served := func(o client.Object) (*metav1.LabelSelector, *ipamv1.NamespaceSet) {
+		if c, ok := o.(*ipamv1.IPAddressClass); ok {
+			return c.Spec.NamespaceSelector, c.Status.ServedNamespaces
+		}
+		return nil, nil
+	}
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool { return marked(e.Object) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			stamped := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimEnabledAt] != "" }
-			return marked(e.ObjectNew) && (!marked(e.ObjectOld) || !stamped(e.ObjectOld) && stamped(e.ObjectNew))
+			oldSel, oldSet := served(e.ObjectOld)
+			newSel, newSet := served(e.ObjectNew)
+			widened := !equality.Semantic.DeepEqual(oldSel, newSel) || !equality.Semantic.DeepEqual(oldSet, newSet)
+			return marked(e.ObjectNew) && (!marked(e.ObjectOld) || !stamped(e.ObjectOld) && stamped(e.ObjectNew) || widened)
 		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
@@ -173,6 +184,20 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if err != nil || className == "" {
 		return reconcile.Result{}, err
 	}
+	if class == nil {
+		// The class the Service names, when it exists (one that does not is the claim's to say).
+		var named ipamv1.IPAddressClass
+		switch err := r.Client.Get(ctx, types.NamespacedName{Name: className}, &named); {
+		case err == nil:
+			if refused, err := r.refusesNamespace(ctx, &svc, &named); refused || err != nil {
+				return reconcile.Result{}, err
+			}
+		case !apierrors.IsNotFound(err):
+			return reconcile.Result{}, err
+		}
+	} else if refused, err := r.refusesNamespace(ctx, &svc, class); refused || err != nil {
+		return reconcile.Result{}, err
+	}
 	var enabled time.Time
 	if class != nil {
 		var ok bool
@@ -219,6 +244,33 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	}
 	// No event: the claim, owned by the Service, says it (docs/design.md#the-write-budget).
 	return reconcile.Result{}, nil
+}
+
+// refusesNamespace: the class does not serve the Service's namespace (its namespaceSelector, or
+// the namespaces its driver reports its backend serves), and auto-claim makes no claim from it
+// there: the claim could never bind, and the Service, parked for it, would get no address at all.
+// The auto-claim class simply does not apply to such a namespace (the Service is left to
+// MetalLB, as with no auto-claim class); a class the Service names says why, once, on the
+// Service.
+func (r *AutoClaimReconciler) refusesNamespace(ctx context.Context, svc *corev1.Service, class *ipamv1.IPAddressClass) (bool, error) {
+	if class.Spec.NamespaceSelector == nil && class.Status.ServedNamespaces == nil {
+		r.announcer().Clear(svc, ipamv1.ReasonNamespaceNotAllowed)
+		return false, nil
+	}
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, &ns); client.IgnoreNotFound(err) != nil {
+		return false, err
+	}
+	why := namespaceRefusal(class, svc.Namespace, ns.Labels)
+	switch {
+	case why == "":
+		r.announcer().Clear(svc, ipamv1.ReasonNamespaceNotAllowed)
+		return false, nil
+	case svc.Annotations[ipamv1.AnnotationServiceClass] != "":
+		r.announcer().Say(svc, nil, corev1.EventTypeWarning, ipamv1.ReasonNamespaceNotAllowed, "AutoClaim",
+			"no claim is made for this Service: "+why)
+	}
+	return true, nil
 }
 
 // existingClaim handles a Service whose name a claim already has.

@@ -266,3 +266,66 @@ func TestOthersFinalizersSurviveTheReducedCache(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Auto-claim makes no claim from a class for a namespace the class does not serve: not from the
+// auto-claim class (the Service keeps MetalLB's ordinary address, as with no auto-claim class at
+// all), and not from a class the Service names (which says why, once, on the Service). A namespace
+// the class serves gets its claim as before.
+func TestAutoClaimKeepsToTheNamespacesTheClassServes(t *testing.T) {
+	gold := labelledNamespace(t, map[string]string{"tier": "gold"})
+	plain := labelledNamespace(t, nil)
+	served := labelledNamespace(t, nil)
+	selectGold := func(c *ipamv1.IPAddressClass) {
+		c.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	}
+	auto := newClass(t, "ac-gold", noDriver, selectGold, func(c *ipamv1.IPAddressClass) {
+		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	})
+	named := newClass(t, "named-only", noDriver)
+	t.Cleanup(func() { del(t, auto); del(t, named) })
+	// The driver of named-only reports that its pool serves one namespace only.
+	reportAsDriver(t, named.Name, func(st *ipamv1.IPAddressClassStatus) {
+		st.ServedNamespaces = &ipamv1.NamespaceSet{Names: []string{served}}
+	})
+	eventually(t, "the auto-claim class to be stamped", func() (bool, error) {
+		var c ipamv1.IPAddressClass
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(auto), &c); err != nil {
+			return false, err
+		}
+		_, ok := autoClaimEnabledAt(&c)
+		return ok, nil
+	})
+	for _, s := range []*corev1.Service{
+		lbService(gold, "web", nil), lbService(plain, "web", nil),
+		lbService(plain, "named", map[string]string{ipamv1.AnnotationServiceClass: named.Name}),
+		lbService(served, "named", map[string]string{ipamv1.AnnotationServiceClass: named.Name}),
+	} {
+		create(t, s)
+		t.Cleanup(func() { del(t, s) })
+	}
+	for _, want := range []struct{ ns, name, class string }{{gold, "web", auto.Name}, {served, "named", named.Name}} {
+		eventually(t, "the claim of "+want.ns+"/"+want.name, func() (bool, error) {
+			var c ipamv1.IPAddressClaim
+			err := admin.Get(context.Background(), client.ObjectKey{Namespace: want.ns, Name: want.name}, &c)
+			return err == nil && c.Spec.ClassName == want.class, client.IgnoreNotFound(err)
+		})
+	}
+	e := waitEvent(t, plain, "named", ipamv1.ReasonNamespaceNotAllowed)
+	if e.Type != corev1.EventTypeWarning || e.Regarding.Kind != "Service" || !strings.Contains(e.Note, named.Name) {
+		t.Errorf("event %s on a %s: %q, want a Warning on the Service naming the class", e.Type, e.Regarding.Kind, e.Note)
+	}
+	settled(t)
+	var claims ipamv1.IPAddressClaimList
+	if err := admin.List(context.Background(), &claims, client.InNamespace(plain)); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 0 {
+		t.Fatalf("claims made in a namespace no class serves: %d", len(claims.Items))
+	}
+	if n := timesSaidFor(t, plain, "named", ipamv1.ReasonNamespaceNotAllowed); n != 1 {
+		t.Errorf("NamespaceNotAllowed said %d times, want once", n)
+	}
+	if evs := eventsFor(t, plain, "web", ""); len(evs) != 0 {
+		t.Errorf("the Service the auto-claim class does not serve got events: %+v", evs)
+	}
+}
