@@ -13,6 +13,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 	"github.com/cozystack/reserved-ips/tools/policycel"
 )
@@ -50,13 +51,16 @@ func coreSays(t *testing.T, req policycel.ParkRequest) string {
 	if req.OldObject != nil && (len(svc.Status.LoadBalancer.Ingress) > 0 || len(toService(t, req.OldObject).Status.LoadBalancer.Ingress) > 0) {
 		return ""
 	}
+	ns, nsLabels := namespaceOf(req)
 	for _, c := range req.Classes {
 		u := toClass(t, c)
 		if u.Spec.Provisioner != policycel.Provisioner || u.DeletionTimestamp != nil {
 			continue
 		}
-		if named := svc.Annotations[ipamv1.AnnotationServiceClass]; named != "" && u.Name == named ||
-			named == "" && u.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+		// Auto-claim makes no claim from a class for a namespace the class does not serve.
+		if (svc.Annotations[ipamv1.AnnotationServiceClass] != "" && u.Name == svc.Annotations[ipamv1.AnnotationServiceClass] ||
+			svc.Annotations[ipamv1.AnnotationServiceClass] == "" && u.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
+			driverkit.RefusesNamespace(u, ns, nsLabels) == driverkit.NamespaceAdmitted {
 			return policycel.ParkAutoClaimedPolicy + "/" + u.Name
 		}
 	}
@@ -66,7 +70,9 @@ func coreSays(t *testing.T, req policycel.ParkRequest) string {
 // webhookSays is the driver's parking webhook's decision (metallb-iad's parking.Decide, which
 // parks where the cluster has no MutatingAdmissionPolicy), named as the policies' outcomes are.
 func webhookSays(t *testing.T, req policycel.ParkRequest) string {
-	r := parking.Request{Object: toService(t, req.Object)}
+	ns, nsLabels := namespaceOf(req)
+	r := parking.Request{Object: toService(t, req.Object), NamespaceLabels: nsLabels}
+	r.Object.Namespace = ns
 	if req.OldObject != nil {
 		r.OldObject = toService(t, req.OldObject)
 	}
@@ -84,6 +90,18 @@ func webhookSays(t *testing.T, req policycel.ParkRequest) string {
 		t.Fatalf("parking.Decide gave %q", why)
 		return ""
 	}
+}
+
+// namespaceOf is the name and labels of the request's namespace.
+func namespaceOf(req policycel.ParkRequest) (string, map[string]string) {
+	md, _ := req.Namespace["metadata"].(map[string]any)
+	labels := map[string]string{}
+	l, _ := md["labels"].(map[string]any)
+	for k, v := range l {
+		labels[k] = v.(string)
+	}
+	name, _ := md["name"].(string)
+	return name, labels
 }
 
 func toClass(t *testing.T, obj map[string]any) *ipamv1.IPAddressClass {

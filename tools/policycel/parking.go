@@ -111,6 +111,17 @@ type ParkRequest struct {
 	Object, OldObject map[string]any
 	// Classes are IPAddressClass objects, as unstructured maps.
 	Classes []map[string]any
+	// Namespace is the Service's namespace (namespaceObject: its name and labels); nil is a
+	// namespace "tenant-example" without labels.
+	Namespace map[string]any
+}
+
+// namespaceObject is the request's namespace as the policies see it.
+func (req ParkRequest) namespaceObject() map[string]any {
+	if req.Namespace != nil {
+		return req.Namespace
+	}
+	return map[string]any{"metadata": map[string]any{"name": "tenant-example"}}
 }
 
 // ParkResult is what the policies did.
@@ -134,7 +145,7 @@ func (p *Parking) Evaluate(req ParkRequest) (ParkResult, error) {
 			params = req.Classes
 		}
 		for _, param := range params {
-			out, applied, err := pol.evaluate(obj, req.OldObject, param)
+			out, applied, err := pol.evaluate(obj, req.OldObject, param, req.namespaceObject())
 			if err != nil {
 				return res, err
 			}
@@ -152,7 +163,7 @@ func (p *Parking) Evaluate(req ParkRequest) (ParkResult, error) {
 	return res, nil
 }
 
-func (pol mutatingPolicy) evaluate(obj, old, param map[string]any) (map[string]any, bool, error) {
+func (pol mutatingPolicy) evaluate(obj, old, param, namespace map[string]any) (map[string]any, bool, error) {
 	op := "UPDATE"
 	var oldVal any = types.NullValue
 	if old == nil {
@@ -165,8 +176,8 @@ func (pol mutatingPolicy) evaluate(obj, old, param map[string]any) (map[string]a
 		paramVal = param
 	}
 	act := map[string]any{
-		"object": obj, "oldObject": oldVal, "params": paramVal,
-		"request": map[string]any{"operation": op, "namespace": "tenant-example", "name": "web",
+		"object": obj, "oldObject": oldVal, "params": paramVal, "namespaceObject": namespace,
+		"request": map[string]any{"operation": op, "namespace": namespace["metadata"].(map[string]any)["name"], "name": "web",
 			"kind":     map[string]any{"group": "", "version": "v1", "kind": "Service"},
 			"resource": map[string]any{"group": "", "version": "v1", "resource": "services"}},
 	}

@@ -86,5 +86,43 @@ func GenParkRequest(b []byte) ParkRequest {
 			req.Classes = append(req.Classes, c)
 		}
 	}
+	// (Drawn last, so that earlier choices read the bytes they did.) The namespaces a class
+	// serves, and the Service's namespace's labels.
+	for _, c := range req.Classes {
+		if sel := parkSelectors[pick(len(parkSelectors))]; sel != nil {
+			c["spec"].(map[string]any)["namespaceSelector"] = sel
+		}
+		switch pick(8) {
+		case 1:
+			c["status"] = map[string]any{"servedNamespaces": map[string]any{"names": []any{"tenant-example"}}}
+		case 2:
+			c["status"] = map[string]any{"servedNamespaces": map[string]any{"names": []any{"another-tenant"}}}
+		case 3:
+			if sel := parkSelectors[pick(len(parkSelectors))]; sel != nil {
+				c["status"] = map[string]any{"servedNamespaces": map[string]any{"selectors": []any{sel}}}
+			}
+		}
+	}
+	md := map[string]any{"name": "tenant-example"}
+	if l := parkNamespaceLabels[pick(len(parkNamespaceLabels))]; l != nil {
+		md["labels"] = l
+	}
+	req.Namespace = map[string]any{"metadata": md}
 	return req
 }
+
+var (
+	// Class selectors of the namespaces they serve: none (most often), labels, each operator,
+	// and ones Kubernetes would refuse (an unknown operator, In without values).
+	parkSelectors = []map[string]any{nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+		{"matchLabels": map[string]any{"tier": "gold"}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "In", "values": []any{"gold", "silver"}}}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "NotIn", "values": []any{"gold"}}}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "Exists"}}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "DoesNotExist"}}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "Bogus"}}},
+		{"matchExpressions": []any{map[string]any{"key": "tier", "operator": "In"}}},
+		{},
+	}
+	parkNamespaceLabels = []map[string]any{nil, {"tier": "gold"}, {"tier": "bronze"}, {"team": "a"}}
+)

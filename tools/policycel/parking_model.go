@@ -57,7 +57,7 @@ func ParkingRule(req ParkRequest) string {
 			continue
 		}
 		marks, _ := cmd["annotations"].(map[string]any)
-		if named != "" && cmd["name"] == named || named == "" && marks[AnnotationAutoClaimClass] == "true" {
+		if (named != "" && cmd["name"] == named || named == "" && marks[AnnotationAutoClaimClass] == "true") && servesNamespace(c, req.namespaceObject()) {
 			return ParkAutoClaimedPolicy + "/" + str(cmd["name"])
 		}
 	}
@@ -69,4 +69,68 @@ func hasIngress(obj map[string]any) bool {
 	lb, _ := st["loadBalancer"].(map[string]any)
 	ing, _ := lb["ingress"].([]any)
 	return len(ing) > 0
+}
+
+// servesNamespace: the class serves the namespace's claims: its spec.namespaceSelector matches the
+// namespace's labels (when set), and its status.servedNamespaces names the namespace or has a
+// selector that matches them (when set). A selector Kubernetes would refuse matches nothing.
+func servesNamespace(class, ns map[string]any) bool {
+	nmd, _ := ns["metadata"].(map[string]any)
+	labels, _ := nmd["labels"].(map[string]any)
+	if sel, ok := spec(class)["namespaceSelector"].(map[string]any); ok && !selectorMatches(sel, labels) {
+		return false
+	}
+	st, _ := class["status"].(map[string]any)
+	served, ok := st["servedNamespaces"].(map[string]any)
+	if !ok {
+		return true
+	}
+	names, _ := served["names"].([]any)
+	for _, n := range names {
+		if n == nmd["name"] {
+			return true
+		}
+	}
+	sels, _ := served["selectors"].([]any)
+	for _, s := range sels {
+		if m, ok := s.(map[string]any); ok && selectorMatches(m, labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectorMatches matches a LabelSelector (unstructured) against labels, as Kubernetes does.
+func selectorMatches(sel, labels map[string]any) bool {
+	ml, _ := sel["matchLabels"].(map[string]any)
+	for k, v := range ml {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	exprs, _ := sel["matchExpressions"].([]any)
+	for _, e := range exprs {
+		m, _ := e.(map[string]any)
+		values, _ := m["values"].([]any)
+		got, has := labels[str(m["key"])]
+		in := false
+		for _, v := range values {
+			in = in || has && v == got
+		}
+		var ok bool
+		switch str(m["operator"]) {
+		case "In":
+			ok = len(values) > 0 && in
+		case "NotIn":
+			ok = len(values) > 0 && !in
+		case "Exists":
+			ok = len(values) == 0 && has
+		case "DoesNotExist":
+			ok = len(values) == 0 && !has
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

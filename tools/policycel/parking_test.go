@@ -109,7 +109,7 @@ func TestParkingPoliciesRandomSample(t *testing.T) {
 	p := loadParking(t)
 	rng := rand.New(rand.NewPCG(10, 10))
 	seen := map[string]int{}
-	for range 10000 {
+	for range 20000 {
 		b := make([]byte, 48)
 		for i := range b {
 			b[i] = byte(rng.IntN(256))
@@ -120,7 +120,7 @@ func TestParkingPoliciesRandomSample(t *testing.T) {
 	t.Logf("outcomes: %v", seen)
 	for _, want := range []string{"", ParkClaimedPolicy, ParkAutoClaimedPolicy} {
 		if seen[want] < 20 {
-			t.Errorf("outcome %q occurred %d times in 10000 samples: the generator does not cover it", want, seen[want])
+			t.Errorf("outcome %q occurred %d times in 20000 samples: the generator does not cover it", want, seen[want])
 		}
 	}
 }

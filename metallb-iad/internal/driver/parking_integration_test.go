@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -189,4 +190,64 @@ func TestParkedServiceFollowsTheAutoClaimClass(t *testing.T) {
 	consistently(t, 2*time.Second, "the Service to stay parked while auto-claim may serve it", parked(true))
 	mark(false)
 	eventually(t, "the Service to be unparked once no class of this driver is marked", parked(false))
+}
+
+// Auto-claim makes no claim from a class for a namespace the class does not serve: a Service
+// there is not parked for it. The driver takes the parking annotation off such a Service (an
+// admission that parked it without reading the class's namespaceSelector), and leaves parked one
+// in a namespace the class selects.
+func TestServiceOfANamespaceTheClassDoesNotServeIsNotParked(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	newPoolClass(t, "gold-only", "203.0.113.208/29")
+	var class ipamv1.IPAddressClass
+	if err := admin.Get(ctx, client.ObjectKey{Name: "gold-only"}, &class); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(class.DeepCopy())
+	class.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
+	class.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	if err := admin.Patch(ctx, &class, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var c ipamv1.IPAddressClass
+		if err := admin.Get(context.Background(), client.ObjectKey{Name: "gold-only"}, &c); err == nil {
+			p := client.MergeFrom(c.DeepCopy())
+			delete(c.Annotations, ipamv1.AnnotationAutoClaimClass)
+			_ = admin.Patch(context.Background(), &c, p)
+		}
+	})
+	plain := newNamespace(t, "parking-plain")
+	gold := newNamespace(t, "parking-gold")
+	var ns corev1.Namespace
+	if err := admin.Get(ctx, client.ObjectKey{Name: gold}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["tier"] = "gold"
+	if err := admin.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	parked := map[string]string{autoclaim.ParkingAnnotation: autoclaim.ParkingPool}
+	for _, n := range []string{plain, gold} {
+		if err := admin.Create(ctx, tenantService(n, "web", parked)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isParked := func(n string) (bool, error) {
+		var s corev1.Service
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: n, Name: "web"}, &s); err != nil {
+			return false, err
+		}
+		_, ok := s.Annotations[autoclaim.ParkingAnnotation]
+		return ok, nil
+	}
+	eventually(t, "the Service of the namespace the class does not serve to be unparked", func() (bool, error) {
+		p, err := isParked(plain)
+		return !p, err
+	})
+	settled(t, gold)
+	if p, err := isParked(gold); err != nil || !p {
+		t.Fatalf("the Service of the namespace the class serves was unparked (%v)", err)
+	}
 }

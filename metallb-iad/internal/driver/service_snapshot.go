@@ -13,6 +13,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 )
 
 // linkedClaim applies the link rule to a Service and returns the claim it links to, in any
@@ -232,11 +233,20 @@ func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked 
 		return false, nil
 	}
 	if !plan.Parkable(svc) || linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
-		return plan.ParkingWanted(svc, linked, nil), nil
+		return plan.ParkingWanted(svc, linked, nil, nil), nil
 	}
 	var classes ipamv1.IPAddressClassList
 	if err := d.client.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
-	return plan.ParkingWanted(svc, linked, classes.Items), nil
+	var nsLabels map[string]string
+	if parking.NeedsNamespaceLabels(classes.Items) {
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if err := d.client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		nsLabels = ns.Labels
+	}
+	return plan.ParkingWanted(svc, linked, classes.Items, nsLabels), nil
 }

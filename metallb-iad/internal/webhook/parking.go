@@ -40,7 +40,9 @@ const ClassesTimeout = 3 * time.Second
 type Parking struct {
 	// Classes lists the cluster's IPAddressClasses (the driver's cache).
 	Classes func(ctx context.Context) ([]ipamv1.IPAddressClass, error)
-	Decoder admission.Decoder
+	// NamespaceLabels reads the labels of a namespace (the driver's cache); nil when none.
+	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
+	Decoder         admission.Decoder
 }
 
 // Handle decides one Service write.
@@ -72,6 +74,17 @@ func (p *Parking) Handle(ctx context.Context, req admission.Request) admission.R
 			return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading the IPAddressClasses: %w", err))
 		}
 		r.Classes = classes
+		if svc.Namespace == "" {
+			svc.Namespace = req.Namespace
+		}
+		if parking.NeedsNamespaceLabels(classes) && p.NamespaceLabels != nil {
+			cctx, cancel := context.WithTimeout(ctx, ClassesTimeout)
+			r.NamespaceLabels, err = p.NamespaceLabels(cctx, svc.Namespace)
+			cancel()
+			if err != nil {
+				return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w", svc.Namespace, err))
+			}
+		}
 		why = parking.Decide(r)
 	}
 	if why == "" {

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -85,6 +88,14 @@ func Setup(mgr manager.Manager, certs *Certs) error {
 				return nil, err
 			}
 			return list.Items, nil
+		},
+		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
+			ns := &metav1.PartialObjectMetadata{}
+			ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); client.IgnoreNotFound(err) != nil {
+				return nil, err
+			}
+			return ns.Labels, nil
 		},
 	}})
 	started := mgr.GetWebhookServer().StartedChecker()

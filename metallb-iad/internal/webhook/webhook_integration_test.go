@@ -257,6 +257,8 @@ func TestParkingWebhookOnARealAPIServer(t *testing.T) {
 	for _, cls := range []*ipamv1.IPAddressClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "public"}, Spec: ipamv1.IPAddressClassSpec{Provisioner: parking.Provisioner}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: ipamv1.IPAddressClassSpec{Provisioner: "other.example.org"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gold-only"}, Spec: ipamv1.IPAddressClassSpec{Provisioner: parking.Provisioner,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}},
 	} {
 		if err := c.Create(ctx, cls); err != nil {
 			t.Fatal(err)
@@ -287,6 +289,9 @@ func TestParkingWebhookOnARealAPIServer(t *testing.T) {
 	stored(lb("tenant-a", "names-a-claim", map[string]string{ipamv1.AnnotationServiceClaim: "web"}), true)
 	stored(lb("tenant-a", "names-the-class", map[string]string{ipamv1.AnnotationServiceClass: "public"}), true)
 	stored(lb("tenant-a", "other-class", map[string]string{ipamv1.AnnotationServiceClass: "other"}), false)
+	// A class of this driver that does not serve the namespace: auto-claim makes no claim from it
+	// there, so the Service is not parked for one.
+	stored(lb("tenant-a", "class-for-others", map[string]string{ipamv1.AnnotationServiceClass: "gold-only"}), false)
 	stored(lb("tenant-a", "pinned-by-admin", map[string]string{"metallb.io/loadBalancerIPs": "203.0.113.7", ipamv1.AnnotationServiceClaim: "web"}), false)
 	stored(lb("platform", "not-a-tenant", map[string]string{ipamv1.AnnotationServiceClaim: "web"}), false)
 	stored(lb("tenant-a", "plain-before", nil), false)

@@ -15,16 +15,37 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
+
+// ServesNamespace: the class serves claims of the namespace (its namespaceSelector, then the
+// namespaces its driver reports, driverkit.RefusesNamespace). Auto-claim makes no claim from a
+// class for a namespace it does not serve, so no Service there is parked for one.
+func ServesNamespace(class *ipamv1.IPAddressClass, namespace string, nsLabels map[string]string) bool {
+	return driverkit.RefusesNamespace(class, namespace, nsLabels) == driverkit.NamespaceAdmitted
+}
+
+// NeedsNamespaceLabels: some class restricts the namespaces it serves, so that deciding needs
+// the labels of the Service's namespace.
+func NeedsNamespaceLabels(classes []ipamv1.IPAddressClass) bool {
+	for i := range classes {
+		if classes[i].Spec.NamespaceSelector != nil || classes[i].Status.ServedNamespaces != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // Provisioner is the MetalLB driver's name in IPAddressClass.spec.provisioner.
 const Provisioner = "metallb.drivers.local.sdn.cozystack.io"
 
 // Request is one Service write as admission sees it: the object written, the stored object on
-// an update (nil on a create), and the cluster's classes.
+// an update (nil on a create), the cluster's classes, and the labels of the Service's namespace
+// (a class may serve only some namespaces).
 type Request struct {
 	Object, OldObject *corev1.Service
 	Classes           []ipamv1.IPAddressClass
+	NamespaceLabels   map[string]string
 }
 
 // Reasons a write is parked, as Decide says them.
@@ -43,7 +64,8 @@ const (
 //   - a Service that names a claim, on every create and update;
 //   - otherwise a Service auto-claim serves from a class of this driver (the one its
 //     ip-address-class annotation names, else a class marked as the auto-claim class; a class
-//     being deleted serves none), unless it is being deleted, opted out of auto-claim, is a
+//     being deleted serves none, nor a class that does not serve the Service's namespace: its
+//     namespaceSelector, or the namespaces its driver reports, leave it out), unless it is being deleted, opted out of auto-claim, is a
 //     driver's own Service, or, on an update, shows an address in the object written or the one
 //     stored (an existing Service keeps what MetalLB gave it before auto-claim was turned on).
 func Decide(req Request) string {
@@ -78,7 +100,8 @@ func Decide(req Request) string {
 		if c.Spec.Provisioner != Provisioner || c.DeletionTimestamp != nil {
 			continue
 		}
-		if named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+		if (named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
+			ServesNamespace(c, svc.Namespace, req.NamespaceLabels) {
 			return AutoClaimedFrom + "/" + c.Name
 		}
 	}

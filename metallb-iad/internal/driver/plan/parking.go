@@ -6,6 +6,7 @@ import (
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 )
 
 // Parking (docs/design.md#parking, docs/design.md#never-a-foreign-address): the chart's admission
@@ -31,22 +32,22 @@ func Parkable(svc *corev1.Service) bool {
 // ParkingWanted says whether a Service should be parked while it has no pin of this driver:
 // it is parkable and it links to a claim (names one, or has its auto-claim), or auto-claim
 // will serve it with a class of this driver (autoClaimParks).
-func ParkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressClass) bool {
+func ParkingWanted(svc *corev1.Service, linked bool, classes []ipamv1.IPAddressClass, nsLabels map[string]string) bool {
 	if !Parkable(svc) {
 		return false
 	}
 	if linked || svc.Annotations[ipamv1.AnnotationServiceClaim] != "" {
 		return true
 	}
-	return autoClaimParks(svc, classes)
+	return autoClaimParks(svc, classes, nsLabels)
 }
 
 // autoClaimParks mirrors the chart's metallb-iad-park-auto-claimed policy: auto-claim may
 // serve the Service (autoclaim.SkipAsked) with a class of this driver — the one its
-// ip-address-class annotation names, else one marked as the auto-claim class — and the Service
-// shows no address, or only the one this driver is taking back (its pin or releasing record):
+// ip-address-class annotation names, else one marked as the auto-claim class — that serves the
+// Service's namespace (nsLabels: its labels), and the Service shows no address, or only the one this driver is taking back (its pin or releasing record):
 // one that had its address before auto-claim was enabled keeps it.
-func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass) bool {
+func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass, nsLabels map[string]string) bool {
 	// Judged as the Service stands once this driver's pin is off (the unpin of an auto-claimed
 	// Service is when parking matters most).
 	asked := svc
@@ -70,7 +71,8 @@ func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass) bool {
 		}
 		// A class the Service names serves it even while being deleted (the core claims from
 		// it); a marked class being deleted is no longer picked for auto-claim.
-		if named != "" && c.Name == named || named == "" && c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+		if (named != "" && c.Name == named || named == "" && c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
+			parking.ServesNamespace(c, svc.Namespace, nsLabels) {
 			return true
 		}
 	}

@@ -35,6 +35,14 @@ func TestParkingWanted(t *testing.T) {
 	withAddress := func(s *corev1.Service) {
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.7"}}
 	}
+	gold := func(c ipamv1.IPAddressClass) ipamv1.IPAddressClass {
+		c.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+		return c
+	}
+	servedElsewhere := func(c ipamv1.IPAddressClass) ipamv1.IPAddressClass {
+		c.Status.ServedNamespaces = &ipamv1.NamespaceSet{Names: []string{"another-tenant"}}
+		return c
+	}
 	class := "x"
 	for _, tc := range []struct {
 		name    string
@@ -66,7 +74,24 @@ func TestParkingWanted(t *testing.T) {
 		{"not a LoadBalancer", lb(map[string]string{ipamv1.AnnotationServiceClaim: "c"}, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), true, nil, false},
 		{"the driver's own", lb(nil, func(s *corev1.Service) { s.Labels[LabelRole] = RoleHold }), true, nil, false},
 	} {
-		if got := ParkingWanted(tc.svc, tc.linked, tc.classes); got != tc.want {
+		if got := ParkingWanted(tc.svc, tc.linked, tc.classes, nil); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Auto-claim makes no claim from a class for a namespace it does not serve: no parking for one.
+	for _, tc := range []struct {
+		name     string
+		svc      *corev1.Service
+		classes  []ipamv1.IPAddressClass
+		nsLabels map[string]string
+		want     bool
+	}{
+		{"the auto-claim class does not select the namespace", lb(nil), []ipamv1.IPAddressClass{gold(oursAuto)}, nil, false},
+		{"the auto-claim class selects the namespace", lb(nil), []ipamv1.IPAddressClass{gold(oursAuto)}, map[string]string{"tier": "gold"}, true},
+		{"the named class's pool serves other namespaces only", lb(map[string]string{ipamv1.AnnotationServiceClass: "ours"}), []ipamv1.IPAddressClass{servedElsewhere(ours)}, nil, false},
+		{"naming a claim, whatever the classes serve", lb(map[string]string{ipamv1.AnnotationServiceClaim: "c"}), []ipamv1.IPAddressClass{gold(oursAuto)}, nil, true},
+	} {
+		if got := ParkingWanted(tc.svc, false, tc.classes, tc.nsLabels); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}

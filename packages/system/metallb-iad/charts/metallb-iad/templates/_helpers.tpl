@@ -85,6 +85,20 @@ annotations, so neither parked nor pinned yet). */ -}}
         'metallb.universe.tf/loadBalancerIPs', 'metallb.universe.tf/address-pool', 'metallb.universe.tf/allow-shared-ip'].exists(k, k in object.metadata.annotations)
 {{- end -}}
 
+{{- /* A CEL expression: the LabelSelector the CEL expression (the argument) names matches the labels
+of the namespace of the request (namespaceObject), as Kubernetes matches a selector. An operator it
+does not know, or values an operator does not take, match nothing (Kubernetes refuses such a
+selector, and the core takes a selector it cannot parse for one that matches nothing). */ -}}
+{{- define "metallb-iad.selectorMatchesNamespace" -}}
+((!has({{ . }}.matchLabels) || {{ . }}.matchLabels.all(k, has(namespaceObject.metadata.labels) && k in namespaceObject.metadata.labels && namespaceObject.metadata.labels[k] == {{ . }}.matchLabels[k])) &&
+(!has({{ . }}.matchExpressions) || {{ . }}.matchExpressions.all(e,
+e.operator == 'In' ? has(e.values) && size(e.values) > 0 && has(namespaceObject.metadata.labels) && e.key in namespaceObject.metadata.labels && namespaceObject.metadata.labels[e.key] in e.values :
+e.operator == 'NotIn' ? has(e.values) && size(e.values) > 0 && (!has(namespaceObject.metadata.labels) || !(e.key in namespaceObject.metadata.labels) || !(namespaceObject.metadata.labels[e.key] in e.values)) :
+e.operator == 'Exists' ? (!has(e.values) || size(e.values) == 0) && has(namespaceObject.metadata.labels) && e.key in namespaceObject.metadata.labels :
+e.operator == 'DoesNotExist' ? (!has(e.values) || size(e.values) == 0) && (!has(namespaceObject.metadata.labels) || !(e.key in namespaceObject.metadata.labels)) :
+false)))
+{{- end -}}
+
 {{- /* The Secret (kubernetes.io/tls, with ca.crt) the secure metrics endpoint serves: metrics.tls.secretName,
 else the one the chart's cert-manager Certificate writes, else none (a self-signed certificate). */ -}}
 {{- define "metallb-iad.metricsTLSSecret" -}}
