@@ -52,16 +52,20 @@ type provisioningWindow struct {
 	// by a serve must not be taken for room the pool still has.
 	pools    map[poolFamily]plan.PoolState
 	consumed map[poolFamily]int64
-	// wakes are the claims to bring back to the claim reconciler (forward).
-	wakes  []types.NamespacedName
-	signal chan struct{}
+	// wakes are the claims to bring back to the claim reconciler (forward), each once
+	// (woken). They are kept only while forward runs: a standby replica, whose informers see
+	// everything but whose reconcilers do not run, would otherwise pile up wakes nobody takes.
+	wakes      []types.NamespacedName
+	woken      map[types.NamespacedName]bool
+	forwarding bool
+	signal     chan struct{}
 }
 
 func newProvisioningWindow(namespace string, size int, expectFor time.Duration, now func() time.Time) *provisioningWindow {
 	return &provisioningWindow{namespace: namespace, size: size, expectFor: expectFor, now: now,
 		unserved: map[poolFamily]map[string]string{}, granted: map[poolFamily]map[string]time.Time{},
 		waiting: map[poolFamily]*waitQueue{}, pools: map[poolFamily]plan.PoolState{}, consumed: map[poolFamily]int64{},
-		signal: make(chan struct{}, 1)}
+		woken: map[types.NamespacedName]bool{}, signal: make(chan struct{}, 1)}
 }
 
 // serviceHandler follows the driver's provisioning placeholders in the Service informer.
@@ -158,7 +162,10 @@ func (w *provisioningWindow) seePool(o any, deleted bool) {
 func (w *provisioningWindow) grant(pf poolFamily, name string, st plan.PoolState) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.expireLocked(pf)
+	if w.expireLocked(pf) {
+		// Slots of creates that never showed are free again: the oldest waiting claims go first.
+		defer w.releaseLocked(pf)
+	}
 	if _, ok := w.granted[pf][name]; ok {
 		return true
 	}
@@ -219,11 +226,20 @@ func (w *provisioningWindow) releaseLocked(pf poolFamily) {
 	for free := w.slotsLocked(pf, plan.PoolState{Free: -1}) - len(w.unserved[pf]) - len(w.granted[pf]); free > 0; free-- {
 		claim, ok := q.pop()
 		if !ok {
-			return
+			break
 		}
-		w.wakes = append(w.wakes, claim)
+		w.addWakeLocked(claim)
 	}
 	w.notifyLocked()
+}
+
+// addWakeLocked records a claim to bring back, once, and only while forward runs.
+func (w *provisioningWindow) addWakeLocked(claim types.NamespacedName) {
+	if !w.forwarding || w.woken[claim] {
+		return
+	}
+	w.woken[claim] = true
+	w.wakes = append(w.wakes, claim)
 }
 
 // slotsLocked is how many placeholders of the pool and family may wait for MetalLB at once, by
@@ -245,7 +261,7 @@ func (w *provisioningWindow) wakeLocked(key string) {
 	if !ok {
 		return
 	}
-	w.wakes = append(w.wakes, types.NamespacedName{Namespace: ns, Name: name})
+	w.addWakeLocked(types.NamespacedName{Namespace: ns, Name: name})
 	w.notifyLocked()
 }
 
@@ -259,28 +275,62 @@ func (w *provisioningWindow) notifyLocked() {
 	}
 }
 
-// expireLocked forgets slots granted to creates the cache has not shown for expectFor.
-func (w *provisioningWindow) expireLocked(pf poolFamily) {
+// expireLocked forgets slots granted to creates the cache has not shown for expectFor, and says
+// whether it forgot any.
+func (w *provisioningWindow) expireLocked(pf poolFamily) bool {
 	now := w.now()
+	expired := false
 	for name, at := range w.granted[pf] {
 		if now.Sub(at) > w.expectFor {
 			delete(w.granted[pf], name)
+			expired = true
+		}
+	}
+	return expired
+}
+
+// expire forgets the slots of every pool and family granted to creates the cache never showed,
+// and wakes the claims waiting for them: without it, a slot lost that way would wake nobody, and
+// the claims next in line would wait for their next re-check.
+func (w *provisioningWindow) expire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for pf := range w.granted {
+		if w.expireLocked(pf) {
+			w.releaseLocked(pf)
 		}
 	}
 }
 
-// forward brings the woken claims to the claim reconciler, until ctx ends (a manager runnable:
-// the informers' handlers never block on the reconciler's queue).
+// forward brings the woken claims to the claim reconciler, until ctx ends (a manager runnable
+// that runs on the leader only: the informers' handlers never block on the reconciler's queue),
+// and expires lost slots now and then.
 func (w *provisioningWindow) forward(ctx context.Context, to chan<- ctrlevent.TypedGenericEvent[client.Object]) error {
+	w.mu.Lock()
+	w.forwarding = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.forwarding, w.wakes, w.woken = false, nil, map[types.NamespacedName]bool{}
+		w.mu.Unlock()
+	}()
+	tick := time.NewTicker(max(w.expectFor, time.Second))
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-tick.C:
+			w.expire()
+			continue
 		case <-w.signal:
 		}
 		w.mu.Lock()
 		wakes := w.wakes
 		w.wakes = nil
+		for _, k := range wakes {
+			delete(w.woken, k)
+		}
 		w.mu.Unlock()
 		for _, k := range wakes {
 			ev := ctrlevent.TypedGenericEvent[client.Object]{Object: &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
