@@ -9,6 +9,7 @@
 set -euo pipefail
 KUBECTL=${KUBECTL:-kubectl}
 DRIVER_NAMESPACE=${DRIVER_NAMESPACE:-cozy-metallb-iad}
+PARKING_WEBHOOK=${PARKING_WEBHOOK:-metallb-iad-parking}
 unfinalize='{"metadata":{"finalizers":null}}'
 
 "$KUBECTL" get ipaddressclaims.local.sdn.cozystack.io -A \
@@ -25,6 +26,14 @@ done
 
 # The driver's placeholders hold addresses in MetalLB; deleting them returns the addresses.
 "$KUBECTL" -n "$DRIVER_NAMESPACE" delete service -l metallb.drivers.local.sdn.cozystack.io/role --ignore-not-found
+
+# Below Kubernetes 1.36 the driver parks Services through a webhook whose registration refuses,
+# while no driver answers, every write to a Service that names a claim (the unpinning below
+# included). With the driver gone the registration has nothing left to protect: it goes too.
+# Installing the driver's chart again brings it back.
+if "$KUBECTL" get mutatingwebhookconfiguration "$PARKING_WEBHOOK" >/dev/null 2>&1; then
+  "$KUBECTL" delete mutatingwebhookconfiguration "$PARKING_WEBHOOK" --ignore-not-found
+fi
 
 # Services the driver pinned keep the pin until it is removed.
 "$KUBECTL" get services -A \

@@ -296,9 +296,37 @@ func patchAnnotations(ctx context.Context, t *testing.T, c client.Client, obj cl
 		}
 	}
 	patch := []byte(`{"metadata":{"annotations":{` + strings.Join(parts, ",") + `}}}`)
-	if err := c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+	if err := throughWebhook(ctx, func() error {
+		return c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
+	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// throughWebhook runs a Service write the way a client does below Kubernetes 1.36: the driver's
+// parking webhook (failurePolicy Fail) refuses a write to a Service that names a claim while no
+// replica of the driver answers, for example for the second or two after a restart in which the
+// new pod is Ready but no Service route leads to it yet, and the client retries it. Any other
+// error, or a refusal that lasts a minute, is returned.
+func throughWebhook(ctx context.Context, write func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := write()
+		if err == nil || !webhookUnavailable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// webhookUnavailable tells whether the apiserver refused a write because it could not call an
+// admission webhook (as opposed to the webhook answering with a refusal).
+func webhookUnavailable(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed calling webhook")
 }
 
 // invariantScope is what checkInvariants looks at: the running test's classes, and the

@@ -56,7 +56,7 @@ func TestDriverSurvivesRestarts(t *testing.T) {
 
 				// Attach.
 				for i, n := range names {
-					if err := c.Create(ctx, lbServiceFor(ns, n, fams[i])); err != nil {
+					if err := throughWebhook(ctx, func() error { return c.Create(ctx, lbServiceFor(ns, n, fams[i])) }); err != nil {
 						t.Fatal(err)
 					}
 				}

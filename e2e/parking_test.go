@@ -60,7 +60,9 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 			if _, ok := free.Annotations[autoclaim.ParkingAnnotation]; ok {
 				t.Fatalf("a Service that opted out of auto-claim was parked: %v", free.Annotations)
 			}
-			eventually(ctx, t, 60*time.Second, "MetalLB to serve the Service that is not parked from the autoAssign pool", func(ctx context.Context) (bool, error) {
+			// MetalLB serves Services one at a time, in its queue's order: after a test that made
+			// and deleted hundreds of Services, its queue can take minutes to drain.
+			eventually(ctx, t, 3*time.Minute, "MetalLB to serve the Service that is not parked from the autoAssign pool", func(ctx context.Context) (bool, error) {
 				var s corev1.Service
 				if err := admin.Get(ctx, client.ObjectKeyFromObject(free), &s); err != nil {
 					return false, err

@@ -8,15 +8,18 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/tools/binaries"
+	"github.com/cozystack/reserved-ips/tools/policycel"
 )
 
 // leftovers says what is left of a class's objects: claims in ns, addresses of the class, the
@@ -195,6 +198,37 @@ func TestClearFinalizersByHand(t *testing.T) {
 				return err == nil && claim.DeletionTimestamp != nil, err
 			})
 
+			// Below Kubernetes 1.36 the script also removes the driver's parking webhook
+			// registration, which an uninstall of the driver's chart would have taken; it is put
+			// back, as a reinstall would, before the driver starts again.
+			cs, err := kubernetes.NewForConfig(cluster.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mwcs := cs.AdmissionregistrationV1().MutatingWebhookConfigurations()
+			webhook, err := mwcs.Get(ctx, policycel.ParkingWebhookConfiguration, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				webhook = nil
+			case err != nil:
+				t.Fatal(err)
+			default:
+				webhook = &admissionregistrationv1.MutatingWebhookConfiguration{
+					ObjectMeta: metav1.ObjectMeta{Name: webhook.Name, Labels: webhook.Labels, Annotations: webhook.Annotations},
+					Webhooks:   webhook.Webhooks,
+				}
+				startBoth := start
+				start = func() {
+					if !restarted {
+						if _, err := mwcs.Create(context.Background(), webhook, metav1.CreateOptions{}); client.IgnoreAlreadyExists(err) != nil {
+							t.Error(err)
+						}
+					}
+					startBoth()
+				}
+				t.Cleanup(start)
+			}
+
 			kubectl, err := binaries.Tool("kubectl")
 			if err != nil {
 				t.Fatal(err)
@@ -217,6 +251,11 @@ func TestClearFinalizersByHand(t *testing.T) {
 			}
 			if svc.Annotations[pinnedMarker] != "" || svc.Annotations[pinAnnotation] != "" {
 				t.Fatalf("the driver's pin survived: %v", svc.Annotations)
+			}
+			if webhook != nil {
+				if _, err := mwcs.Get(ctx, webhook.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("the parking webhook's registration outlived the driver: %v", err)
+				}
 			}
 			// Back to a working system for the tests that follow: the controllers restore their
 			// finalizers and holds on everything else.
