@@ -69,8 +69,23 @@ type ClaimedAddress struct {
 	Family IPFamily `json:"family"`
 }
 
+// ClaimUser names an object, in the claim's namespace, that one of the claim's addresses is
+// attached to (a Service, with the MetalLB driver).
+type ClaimUser struct {
+	// kind of the object, such as Service.
+	Kind string `json:"kind"`
+	// name of the object, in the claim's namespace.
+	Name string `json:"name"`
+}
+
 // IPAddressClaimStatus is written by the core only.
 type IPAddressClaimStatus struct {
+	// observedGeneration is the claim's metadata.generation that the core last wrote this status
+	// for. A claim the core has not written a status for yet reads 0, so that tools comparing it
+	// with metadata.generation (kstatus, and Flux and Argo CD through it) see the claim as still
+	// in progress.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// phase: Pending (some family has no address yet), Bound (every family has one) or Lost
 	// (was Bound, and an address went away or its driver lost it).
 	// +optional
@@ -84,9 +99,17 @@ type IPAddressClaimStatus struct {
 	// +optional
 	// +listType=atomic
 	Addresses []ClaimedAddress `json:"addresses,omitempty"`
+	// usedBy lists the objects the claim's addresses are attached to, as their driver reports
+	// them on the addresses (the Service that serves the addresses, with the MetalLB driver).
+	// Empty while no object uses them.
+	// +optional
+	// +listType=atomic
+	UsedBy []ClaimUser `json:"usedBy,omitempty"`
 	// conditions: Bound, whose reason and message say what the claim waits for (such as
 	// WaitingForAddress, ClassNotFound, NoDefaultClass, ClassNotAccepted, AddressNotFound,
-	// AddressUnusable, AddressLost).
+	// AddressUnusable, AddressLost); and Ready, the same verdict under the type that
+	// kubectl wait --for=condition=Ready and generic health checks read: True with reason Bound
+	// once every family has an address, False with Bound's reason otherwise.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -102,6 +125,7 @@ type IPAddressClaimStatus struct {
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.status.className`
 // +kubebuilder:printcolumn:name="Family",type=string,JSONPath=`.spec.family`
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses[*].address`
+// +kubebuilder:printcolumn:name="Used-By",type=string,JSONPath=`.status.usedBy[*].name`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPAddressClaim struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -109,9 +133,10 @@ type IPAddressClaim struct {
 
 	// +optional
 	Spec IPAddressClaimSpec `json:"spec,omitempty"`
-	// status is written by the core only; a claim it has not written yet reads as phase Pending.
+	// status is written by the core only; a claim it has not written yet reads as phase Pending
+	// with observedGeneration 0.
 	// +optional
-	// +kubebuilder:default={phase:"Pending"}
+	// +kubebuilder:default={phase:"Pending",observedGeneration:0}
 	Status IPAddressClaimStatus `json:"status,omitempty"`
 }
 

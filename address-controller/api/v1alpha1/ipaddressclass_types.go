@@ -87,12 +87,42 @@ type IPAddressClassStatus struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(f, f == 'IPv4' || f == 'IPv6')",message="families lists IPv4 and IPv6 only"
 	Families []IPFamily `json:"families,omitempty"`
 
+	// capacity counts, per family, the addresses of the class's backend as the driver reports
+	// them: how many it has, how many IPAddresses of the class exist, and how many are left.
+	// The driver refreshes it as addresses come and go, at most about once every 30 seconds per
+	// class, so it may lag that long. Empty: the driver reports no capacity.
+	// +optional
+	// +listType=map
+	// +listMapKey=family
+	// +kubebuilder:validation:MaxItems=2
+	Capacity []FamilyCapacity `json:"capacity,omitempty"`
+
 	// servedNamespaces, when the class's driver sets it, are the only namespaces its backend
 	// serves addresses of this class to (the MetalLB driver copies them from its pool's
 	// spec.serviceAllocation). Claims of other namespaces are refused as spec.namespaceSelector
 	// refuses them. Unset: the backend serves every namespace.
 	// +optional
 	ServedNamespaces *NamespaceSet `json:"servedNamespaces,omitempty"`
+}
+
+// FamilyCapacity is how many addresses of one family a class's backend has, how many of them are
+// reserved, and how many are left.
+type FamilyCapacity struct {
+	// family: IPv4 or IPv6.
+	// +kubebuilder:validation:Enum=IPv4;IPv6
+	Family IPFamily `json:"family"`
+	// size is the number of addresses of the family in the backend (the MetalLB driver: every
+	// address of the pool's CIDRs and ranges of the family), at most 9223372036854775807 (an IPv6
+	// range larger than that reads as that).
+	// +kubebuilder:validation:Minimum=0
+	Size int64 `json:"size"`
+	// reserved is the number of IPAddresses of the class and family, in any phase.
+	// +kubebuilder:validation:Minimum=0
+	Reserved int64 `json:"reserved"`
+	// free is size minus reserved, and never below 0. Addresses of the backend that something
+	// other than a reservation uses (another Service MetalLB gave one to) are not subtracted.
+	// +kubebuilder:validation:Minimum=0
+	Free int64 `json:"free"`
 }
 
 // NamespaceSet is a set of namespaces: those it names and those any of its selectors matches. An
@@ -119,6 +149,12 @@ type NamespaceSet struct {
 // +kubebuilder:printcolumn:name="Max-Per-Namespace",type=integer,JSONPath=`.spec.maxAddressesPerNamespace`,priority=1
 // +kubebuilder:printcolumn:name="Families",type=string,JSONPath=`.status.families`,priority=1
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="IPv4-Free",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv4")].free`
+// +kubebuilder:printcolumn:name="IPv6-Free",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv6")].free`
+// +kubebuilder:printcolumn:name="IPv4-Size",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv4")].size`,priority=1
+// +kubebuilder:printcolumn:name="IPv4-Reserved",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv4")].reserved`,priority=1
+// +kubebuilder:printcolumn:name="IPv6-Size",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv6")].size`,priority=1
+// +kubebuilder:printcolumn:name="IPv6-Reserved",type=integer,JSONPath=`.status.capacity[?(@.family=="IPv6")].reserved`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPAddressClass struct {
 	metav1.TypeMeta   `json:",inline"`

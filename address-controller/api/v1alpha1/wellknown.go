@@ -50,6 +50,9 @@ const (
 	ConditionAccepted = "Accepted"
 	// ConditionBound on a claim: every requested family has an address.
 	ConditionBound = "Bound"
+	// ConditionReady on a claim: the same verdict as Bound, under the type generic tools wait
+	// for (kubectl wait --for=condition=Ready, kstatus).
+	ConditionReady = "Ready"
 	// ConditionConflict on an address (driver): something else holds the IP.
 	ConditionConflict = "Conflict"
 	// ConditionLost on an address (driver): the IP can no longer be held.

@@ -98,8 +98,9 @@ func (r *ClaimReconciler) waitingClaimsOf(ctx context.Context, o client.Object) 
 }
 
 // addressChangedForClaims passes the address events a claim decides on: creation, deletion,
-// and updates of the binding, the deletion mark, or the driver's Lost and Conflict conditions.
-// The driver's attachment and Held writes do not concern the claim.
+// and updates of the binding, the deletion mark, the driver's Lost and Conflict conditions, or
+// the object the driver reports it attached to (the claim's status.usedBy). The driver's Held
+// writes do not concern the claim.
 func addressChangedForClaims() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -111,7 +112,8 @@ func addressChangedForClaims() predicate.Predicate {
 			return !equality.Semantic.DeepEqual(before.Spec.ClaimRef, after.Spec.ClaimRef) ||
 				(before.DeletionTimestamp == nil) != (after.DeletionTimestamp == nil) ||
 				conditionStatus(before, ipamv1.ConditionLost) != conditionStatus(after, ipamv1.ConditionLost) ||
-				conditionStatus(before, ipamv1.ConditionConflict) != conditionStatus(after, ipamv1.ConditionConflict)
+				conditionStatus(before, ipamv1.ConditionConflict) != conditionStatus(after, ipamv1.ConditionConflict) ||
+				!equality.Semantic.DeepEqual(before.Status.AttachedTo, after.Status.AttachedTo)
 		},
 	}
 }

@@ -488,9 +488,32 @@ func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1
 	if out.phase == ipamv1.ClaimBound {
 		status = metav1.ConditionTrue
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: ipamv1.ConditionBound, Status: status, Reason: out.reason, Message: out.message,
-		ObservedGeneration: claim.Generation,
-	})
+	// Ready repeats Bound for the tools that wait on that type; both in the one status write.
+	for _, t := range []string{ipamv1.ConditionBound, ipamv1.ConditionReady} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: status, Reason: out.reason, Message: out.message,
+			ObservedGeneration: claim.Generation,
+		})
+	}
+	st.ObservedGeneration = claim.Generation
+	st.UsedBy = claimUsers(claim, kept)
 	return st
+}
+
+// claimUsers lists the objects the driver reports the claim's kept addresses attached to, once
+// each, in the claim's family order; an attachment in another namespace is left out, as a claim
+// tells its tenant nothing of other namespaces.
+func claimUsers(claim *ipamv1.IPAddressClaim, kept map[ipamv1.IPFamily]*ipamv1.IPAddress) []ipamv1.ClaimUser {
+	var out []ipamv1.ClaimUser
+	for _, f := range claim.Spec.Family.Families() {
+		a := kept[f]
+		if a == nil || a.Status.AttachedTo == nil || a.Status.AttachedTo.Namespace != claim.Namespace {
+			continue
+		}
+		u := ipamv1.ClaimUser{Kind: a.Status.AttachedTo.Kind, Name: a.Status.AttachedTo.Name}
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }

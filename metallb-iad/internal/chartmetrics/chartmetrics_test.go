@@ -6,6 +6,7 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,13 +32,19 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"metallb_iad_placeholders", "metallb_iad_pool_addresses", "metallb_iad_lost_addresses"} {
+	for _, want := range []string{"metallb_iad_placeholders", "metallb_iad_pool_addresses", "metallb_iad_pool_size_addresses", "metallb_iad_lost_addresses"} {
 		if _, ok := known.Labels(want); !ok {
 			t.Fatalf("the driver does not register %s: %v", want, known.Names())
 		}
 	}
 	known.Values("metallb_iad_placeholders", "role", plan.RoleProvisioning, plan.RoleHold)
-	known.Values("metallb_iad_pool_addresses", "state", collectedStates(t)...)
+	states, families := collectedPoolLabels(t)
+	known.Values("metallb_iad_pool_addresses", "state", states...)
+	known.Values("metallb_iad_pool_addresses", "family", families...)
+	known.Values("metallb_iad_pool_size_addresses", "family", families...)
+	if slices.Contains(states, "size") {
+		t.Error("metallb_iad_pool_addresses mixes the pool's size with its parts")
+	}
 	problems, err := promcheck.CheckChart(context.Background(), filepath.Join("..", "..", "..", "charts", "metallb-iad"), "cozy-metallb-iad", known, 8)
 	if err != nil {
 		t.Fatal(err)
@@ -47,10 +54,10 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 	}
 }
 
-// collectedStates returns the values of metallb_iad_pool_addresses's state label, as the driver's
-// collector emits them for an accepted class whose pool exists (read from a fake client: only the
+// collectedPoolLabels returns the values of metallb_iad_pool_addresses's state and family labels,
+// as the driver's collector emits them for an accepted class whose pool exists (read from a fake client: only the
 // collector's output matters here, the driver's integration tests count against an apiserver).
-func collectedStates(t *testing.T) []string {
+func collectedPoolLabels(t *testing.T) (states, families []string) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{ipamv1.AddToScheme, metallb.AddToScheme} {
@@ -65,7 +72,7 @@ func collectedStates(t *testing.T) []string {
 	class.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}
 	// newDriverMetrics names every namespace parameter cozy-metallb-iad, MetalLB's too.
 	pool := &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-metallb-iad", Name: "public"},
-		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28"}}}
+		Spec: metallb.IPAddressPoolSpec{Addresses: []string{"203.0.113.0/28", "2001:db8::/120"}}}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(class, pool).WithStatusSubresource(class)
 	if err := index.Register(context.Background(), builderIndexer{b}); err != nil {
 		t.Fatal(err)
@@ -74,19 +81,21 @@ func collectedStates(t *testing.T) []string {
 	if err := newDriverMetrics(t, b.Build()).Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	families, err := reg.Gather()
+	gathered, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var states []string
-	for _, f := range families {
+	for _, f := range gathered {
 		if f.GetName() != "metallb_iad_pool_addresses" {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "state" {
+				switch l.GetName() {
+				case "state":
 					states = append(states, l.GetValue())
+				case "family":
+					families = append(families, l.GetValue())
 				}
 			}
 		}
@@ -94,7 +103,9 @@ func collectedStates(t *testing.T) []string {
 	if len(states) == 0 {
 		t.Fatal("the driver's collector emitted no pool gauge for an accepted class")
 	}
-	return states
+	slices.Sort(states)
+	slices.Sort(families)
+	return slices.Compact(states), slices.Compact(families)
 }
 
 // builderIndexer registers field indexes on a fake client builder.

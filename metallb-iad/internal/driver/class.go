@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
@@ -21,6 +24,7 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
@@ -40,6 +44,16 @@ func (d *Driver) setupClasses(mgr ctrl.Manager) error {
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return d.classesNaming(ctx, plan.ParseClassParams(o.(*ipamv1.IPAddressClass)).Pool)
 		})).
+		// An address's creation or deletion changes its class's capacity: the class is looked at
+		// once its next capacity write is due, so that a burst of addresses costs one pass.
+		Watches(&ipamv1.IPAddress{}, handler.TypedFuncs[client.Object, reconcile.Request]{
+			CreateFunc: func(_ context.Context, e ctrlevent.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				d.capacityChanged(e.Object, q)
+			},
+			DeleteFunc: func(_ context.Context, e ctrlevent.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				d.capacityChanged(e.Object, q)
+			},
+		}).
 		WithOptions(d.controllerOptions()).
 		Complete(reconcile.Func(d.reconcileClass))
 }
@@ -85,10 +99,31 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 		}
 		v := driverkit.Verdict{Condition: metav1.Condition{Status: status, Reason: reason, Message: message}}
 		v.Families, v.ServedNamespaces = plan.ClassReport(pool, cluster)
+		if pool != nil {
+			reserved, err := d.reservedOf(ctx, class.Name)
+			if err != nil {
+				return driverkit.Verdict{}, err
+			}
+			v.Capacity = plan.PoolCapacity(pool, reserved)
+		}
+		v.DeferCapacity = d.capacity.wait(class.Name, d.CapacityEvery, d.now()) > 0
 		return v, nil
 	})
-	if err != nil || !done.Wrote {
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if done.Class == nil {
+		d.capacity.forget(req.Name)
+	}
+	if done.CapacityWritten {
+		d.capacity.wrote(req.Name, d.now())
+	}
+	var res reconcile.Result
+	if done.CapacityDeferred {
+		res.RequeueAfter = max(d.capacity.wait(req.Name, d.CapacityEvery, d.now()), time.Second)
+	}
+	if !done.Wrote {
+		return res, nil
 	}
 	prev := done.Before
 	if reason != plan.ReasonAccepted && reason != plan.ReasonClassDeleting && (prev == nil || prev.Reason != reason) {
@@ -96,7 +131,71 @@ func (d *Driver) reconcileClass(ctx context.Context, req reconcile.Request) (rec
 	} else if reason == plan.ReasonAccepted && (prev == nil || prev.Status != metav1.ConditionTrue) {
 		d.announce.Recorder.Eventf(done.Class, nil, corev1.EventTypeNormal, "Accepted", "Accept", "%s", message)
 	}
-	return reconcile.Result{}, nil
+	return res, nil
+}
+
+// DefaultCapacityEvery is how often, at most, a class's capacity alone is written.
+const DefaultCapacityEvery = 30 * time.Second
+
+// capacityClock remembers when each class's capacity was last written, so that counts that move
+// with every address are written at most once per CapacityEvery; an entry goes with its class.
+// Losing it in a restart costs at most one write per class sooner.
+type capacityClock struct {
+	mu      sync.Mutex
+	written map[string]time.Time
+}
+
+// wait is how long the class's capacity may not be written yet (0: it may now).
+func (c *capacityClock) wait(class string, every time.Duration, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.written[class]
+	if !ok {
+		return 0
+	}
+	return max(at.Add(every).Sub(now), 0)
+}
+
+func (c *capacityClock) wrote(class string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.written[class] = now
+}
+
+func (c *capacityClock) forget(class string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.written, class)
+}
+
+// capacityChanged queues the class of a created or deleted address for when its capacity may
+// next be written.
+func (d *Driver) capacityChanged(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	a, ok := o.(*ipamv1.IPAddress)
+	if !ok || a.Spec.ClassName == "" {
+		return
+	}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: a.Spec.ClassName}}
+	if after := d.capacity.wait(a.Spec.ClassName, d.CapacityEvery, d.now()); after > 0 {
+		q.AddAfter(req, after)
+		return
+	}
+	q.Add(req)
+}
+
+// reservedOf counts the class's addresses per family, from the cache.
+func (d *Driver) reservedOf(ctx context.Context, class string) (map[ipamv1.IPFamily]int64, error) {
+	var list ipamv1.IPAddressList
+	if err := d.client.List(ctx, &list, client.MatchingFields{index.AddressByClass: class}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := map[ipamv1.IPFamily]int64{}
+	for i := range list.Items {
+		if ip, err := ipamv1.ParseCanonical(list.Items[i].Spec.Address); err == nil {
+			out[ipamv1.FamilyOf(ip)]++
+		}
+	}
+	return out, nil
 }
 
 // clusterFamilies are the families of the cluster's Service CIDRs (networking.k8s.io/v1

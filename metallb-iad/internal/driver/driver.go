@@ -75,6 +75,10 @@ type Driver struct {
 	// SweepEvery is how often the holds of the driver's namespace are looked over for orphans
 	// (an address gone, or deleted and past teardown) whose event was missed. A minute when zero.
 	SweepEvery time.Duration
+	// CapacityEvery bounds how often a class's status.capacity is written when only its counts
+	// changed (they move with every address): at most once per this long per class.
+	// DefaultCapacityEvery when zero.
+	CapacityEvery time.Duration
 	// ProvisioningWindow is how many provisioning placeholders of one pool and family may wait
 	// for MetalLB at once (window.go); plan.DefaultProvisioningWindow when zero.
 	ProvisioningWindow int
@@ -93,7 +97,9 @@ type Driver struct {
 	progress *metallbProgress
 	// window bounds the provisioning placeholders of each pool (window.go).
 	window *provisioningWindow
-	now    func() time.Time
+	// capacity is when each class's capacity was last written (class.go).
+	capacity *capacityClock
+	now      func() time.Time
 	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
 	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
 	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]

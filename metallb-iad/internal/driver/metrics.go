@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"math/big"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ type Metrics struct {
 	attached         *prometheus.Desc
 	conflicts        *prometheus.Desc
 	lost             *prometheus.Desc
+	poolSize         *prometheus.Desc
 	poolAddresses    *prometheus.Desc
 }
 
@@ -44,11 +46,16 @@ func NewMetrics(reader client.Reader, namespace, metallbNamespace string) *Metri
 		attached:    prometheus.NewDesc("metallb_iad_attached_addresses", "Reserved addresses attached to a tenant Service.", nil, nil),
 		conflicts:   prometheus.NewDesc("metallb_iad_conflicts", "Reserved addresses some other Service holds.", nil, nil),
 		lost:        prometheus.NewDesc("metallb_iad_lost_addresses", "Reserved addresses MetalLB can no longer serve (Lost=True).", nil, nil),
+		// The size and its parts are two metrics, so that summing either over its labels means
+		// something: sum(metallb_iad_pool_addresses) is the addresses of the pools.
+		poolSize: prometheus.NewDesc("metallb_iad_pool_size_addresses",
+			"Addresses of the MetalLB pool of each accepted class of this driver, per family: every address the pool's CIDRs and ranges hold.",
+			[]string{"class", "pool", "family"}, nil),
 		poolAddresses: prometheus.NewDesc("metallb_iad_pool_addresses",
-			"Addresses of the MetalLB pool of each accepted class of this driver, by state: size (every address the pool's "+
-				"CIDRs and ranges hold), reserved (IPAddresses of the class), free (size minus reserved; it does not subtract "+
-				"pool addresses that other Services hold outside a reservation).",
-			[]string{"class", "pool", "state"}, nil),
+			"The addresses of the MetalLB pool of each accepted class of this driver, per family, by state: reserved (IPAddresses of "+
+				"the class) and free (the pool's size minus reserved, never below 0; it does not subtract pool addresses that "+
+				"other Services hold outside a reservation).",
+			[]string{"class", "pool", "family", "state"}, nil),
 	}
 }
 
@@ -65,6 +72,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.attached
 	ch <- m.conflicts
 	ch <- m.lost
+	ch <- m.poolSize
 	ch <- m.poolAddresses
 }
 
@@ -86,13 +94,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	var attached, conflicts, lost int
-	byClass := map[string]int{}
+	byClass := map[string]map[ipamv1.IPFamily]int64{}
 	if err := cachewalk.Each(ctx, m.reader, &ipamv1.IPAddress{}, &ipamv1.IPAddressList{}, func(o client.Object) {
 		a, ok := o.(*ipamv1.IPAddress)
 		if !ok {
 			return
 		}
-		byClass[a.Spec.ClassName]++
+		if ip, err := ipamv1.ParseCanonical(a.Spec.Address); err == nil {
+			if byClass[a.Spec.ClassName] == nil {
+				byClass[a.Spec.ClassName] = map[ipamv1.IPFamily]int64{}
+			}
+			byClass[a.Spec.ClassName][ipamv1.FamilyOf(ip)]++
+		}
 		if a.Status.AttachedTo != nil {
 			attached++
 		}
@@ -111,8 +124,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectPools(ctx, ch, byClass)
 }
 
-// collectPools reports each accepted class's pool: its size, the class's addresses, the rest.
-func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric, addressesOfClass map[string]int) {
+// collectPools reports each accepted class's pool per family: its size, and the class's
+// addresses and the rest, counted as the class's status.capacity counts them (plan.PoolSizes;
+// the gauges are floats, so an IPv6 size is not capped).
+func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric, addressesOfClass map[string]map[ipamv1.IPFamily]int64) {
 	var classes ipamv1.IPAddressClassList
 	if err := m.reader.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
 		return
@@ -127,9 +142,19 @@ func (m *Metrics) collectPools(ctx context.Context, ch chan<- prometheus.Metric,
 		if err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.metallbNamespace, Name: name}, &pool); err != nil {
 			continue
 		}
-		size, reserved := plan.PoolSize(&pool), float64(addressesOfClass[c.Name])
-		for state, v := range map[string]float64{"size": size, "reserved": reserved, "free": max(size-reserved, 0)} {
-			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, v, c.Name, name, state)
+		sizes := plan.PoolSizes(&pool)
+		for _, fam := range []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6} {
+			reserved := float64(addressesOfClass[c.Name][fam])
+			if sizes[fam] == nil && reserved == 0 {
+				continue
+			}
+			var size float64
+			if sizes[fam] != nil {
+				size, _ = new(big.Float).SetInt(sizes[fam]).Float64()
+			}
+			ch <- prometheus.MustNewConstMetric(m.poolSize, prometheus.GaugeValue, size, c.Name, name, string(fam))
+			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, reserved, c.Name, name, string(fam), "reserved")
+			ch <- prometheus.MustNewConstMetric(m.poolAddresses, prometheus.GaugeValue, max(size-reserved, 0), c.Name, name, string(fam), "free")
 		}
 	}
 }

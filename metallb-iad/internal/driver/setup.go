@@ -45,6 +45,10 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if d.ProvisioningWindow <= 0 {
 		d.ProvisioningWindow = plan.DefaultProvisioningWindow
 	}
+	if d.CapacityEvery <= 0 {
+		d.CapacityEvery = DefaultCapacityEvery
+	}
+	d.capacity = &capacityClock{written: map[string]time.Time{}}
 	d.window = newProvisioningWindow(d.Namespace, d.ProvisioningWindow, max(d.ExpectFor, time.Second), func() time.Time { return d.now() })
 	services, err := mgr.GetCache().GetInformer(ctx, &corev1.Service{})
 	if err != nil {

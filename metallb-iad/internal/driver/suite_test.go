@@ -184,6 +184,11 @@ func writesSince(t *testing.T, what string, before map[string]int64) (total int6
 			continue
 		}
 		t.Logf("%s: driver writes %-32s %d", what, k, d)
+		if k[0] > '9' && strings.HasSuffix(k, " ipaddressclasses/status") {
+			// A class's status: its capacity, written at most once per CapacityEvery whatever
+			// the number of addresses (TestClassCapacity), is no write of any one address.
+			continue
+		}
 		if k[0] >= '0' && k[0] <= '9' {
 			refused[k] = d
 			continue

@@ -19,6 +19,10 @@ type Acceptance struct {
 	Class  *ipamv1.IPAddressClass
 	Before *metav1.Condition
 	Wrote  bool
+	// CapacityWritten: the write carried a changed status.capacity. CapacityDeferred: the
+	// capacity changed, but the verdict deferred it (Verdict.DeferCapacity) and nothing else
+	// changed, so nothing was written; the driver comes back to it.
+	CapacityWritten, CapacityDeferred bool
 }
 
 // AcceptClass is every driver's class pass: it reads the named class and, when the provisioner
@@ -30,7 +34,8 @@ func AcceptClass(ctx context.Context, c client.Client, name, provisioner string,
 	verdict func(*ipamv1.IPAddressClass) (metav1.Condition, error)) (Acceptance, error) {
 	return JudgeClass(ctx, c, name, provisioner, func(class *ipamv1.IPAddressClass) (Verdict, error) {
 		cond, err := verdict(class)
-		return Verdict{Condition: cond, Families: class.Status.Families, ServedNamespaces: class.Status.ServedNamespaces}, err
+		return Verdict{Condition: cond, Families: class.Status.Families, ServedNamespaces: class.Status.ServedNamespaces,
+			Capacity: class.Status.Capacity}, err
 	})
 }
 
@@ -38,15 +43,22 @@ func AcceptClass(ctx context.Context, c client.Client, name, provisioner string,
 // serve, which the core enforces on the class's claims. Families are the families it can
 // provision and serve (status.families; empty: not reported, every family is tried);
 // ServedNamespaces, when set, the only namespaces its backend serves (status.servedNamespaces).
+// Capacity is what the driver counts of its backend (status.capacity; nil: not reported).
 type Verdict struct {
 	Condition        metav1.Condition
 	Families         []ipamv1.IPFamily
 	ServedNamespaces *ipamv1.NamespaceSet
+	Capacity         []ipamv1.FamilyCapacity
+	// DeferCapacity: a change of Capacity alone is not written now (the counts move with every
+	// address, and a driver bounds how often it writes them); it goes out with the next write of
+	// the status, or when the driver passes again without this flag.
+	DeferCapacity bool
 }
 
 // JudgeClass is AcceptClass for a driver that also reports what it serves: the condition, the
-// families and the served namespaces verdict decides are written in one status patch, and only
-// when one of them changed.
+// families, the served namespaces and the capacity verdict decides are written in one status
+// patch, and only when one of them changed (a capacity change alone waits while the verdict
+// defers it).
 func JudgeClass(ctx context.Context, c client.Client, name, provisioner string,
 	verdict func(*ipamv1.IPAddressClass) (Verdict, error)) (Acceptance, error) {
 	var class ipamv1.IPAddressClass
@@ -70,6 +82,14 @@ func JudgeClass(ctx context.Context, c client.Client, name, provisioner string,
 	}
 	if !equality.Semantic.DeepEqual(class.Status.ServedNamespaces, v.ServedNamespaces) {
 		class.Status.ServedNamespaces, changed = v.ServedNamespaces, true
+	}
+	capacity := !equality.Semantic.DeepEqual(class.Status.Capacity, v.Capacity)
+	if capacity && v.DeferCapacity && !changed {
+		res.CapacityDeferred = true
+		return res, nil
+	}
+	if capacity {
+		class.Status.Capacity, changed, res.CapacityWritten = v.Capacity, true, true
 	}
 	if !changed {
 		return res, nil

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -682,8 +683,8 @@ func TestPlanAddress(t *testing.T) {
 
 func TestPoolAddresses(t *testing.T) {
 	p := testPool("203.0.113.0/30", "198.51.100.10-198.51.100.19", "2001:db8::/126")
-	if PoolSize(p) != 4+10+4 {
-		t.Fatalf("size %v", PoolSize(p))
+	if sizes := PoolSizes(p); len(sizes) != 2 || sizes[ipamv1.IPv4].Int64() != 4+10 || sizes[ipamv1.IPv6].Int64() != 4 {
+		t.Fatalf("sizes %v", sizes)
 	}
 	for ip, want := range map[string]bool{"203.0.113.3": true, "203.0.113.4": false, "198.51.100.19": true, "198.51.100.20": false,
 		"2001:db8::3": true, "2001:db8::4": false} {
@@ -693,6 +694,35 @@ func TestPoolAddresses(t *testing.T) {
 	}
 	if poolContains(testPool("bogus"), netip.MustParseAddr("203.0.113.1")) {
 		t.Fatal("an unparsable pool contains nothing")
+	}
+}
+
+// A class's capacity: per family, the pool's size, the class's addresses and the rest, never
+// below 0; an IPv6 range larger than an int64 reads as the largest int64; a family only the
+// class's addresses have is shown with size 0.
+func TestPoolCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pool     *metallb.IPAddressPool
+		reserved map[ipamv1.IPFamily]int64
+		want     []ipamv1.FamilyCapacity
+	}{
+		{"both families", testPool("203.0.113.0/30", "198.51.100.10-198.51.100.19", "2001:db8::/126"),
+			map[ipamv1.IPFamily]int64{ipamv1.IPv4: 3},
+			[]ipamv1.FamilyCapacity{{Family: ipamv1.IPv4, Size: 14, Reserved: 3, Free: 11}, {Family: ipamv1.IPv6, Size: 4, Free: 4}}},
+		{"more reserved than the pool holds", testPool("203.0.113.0/31"), map[ipamv1.IPFamily]int64{ipamv1.IPv4: 5},
+			[]ipamv1.FamilyCapacity{{Family: ipamv1.IPv4, Size: 2, Reserved: 5}}},
+		{"a huge IPv6 range", testPool("2001:db8::/56"), nil,
+			[]ipamv1.FamilyCapacity{{Family: ipamv1.IPv6, Size: math.MaxInt64, Free: math.MaxInt64}}},
+		{"an address outside the pool's families", testPool("203.0.113.0/30"), map[ipamv1.IPFamily]int64{ipamv1.IPv6: 1},
+			[]ipamv1.FamilyCapacity{{Family: ipamv1.IPv4, Size: 4, Free: 4}, {Family: ipamv1.IPv6, Reserved: 1}}},
+		{"an unparsable pool", testPool("bogus"), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PoolCapacity(tc.pool, tc.reserved); !slices.Equal(got, tc.want) {
+				t.Fatalf("capacity %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"net/netip"
 	"strings"
@@ -74,18 +75,46 @@ func poolContains(pool *metallb.IPAddressPool, ip netip.Addr) bool {
 	return false
 }
 
-// PoolSize is the number of addresses in a pool, as a float (IPv6 pools are huge).
-func PoolSize(pool *metallb.IPAddressPool) float64 {
+// PoolSizes counts a pool's addresses per family (big: IPv6 pools are huge); a family the pool
+// has no address of is absent, and a pool whose addresses cannot be parsed has none.
+func PoolSizes(pool *metallb.IPAddressPool) map[ipamv1.IPFamily]*big.Int {
 	ranges, err := parsePoolAddresses(pool.Spec.Addresses)
 	if err != nil {
-		return 0
+		return nil
 	}
-	total := new(big.Int)
+	out := map[ipamv1.IPFamily]*big.Int{}
 	for _, r := range ranges {
-		total.Add(total, r.size())
+		fam := ipamv1.FamilyOf(r.first)
+		if out[fam] == nil {
+			out[fam] = new(big.Int)
+		}
+		out[fam].Add(out[fam], r.size())
 	}
-	f, _ := new(big.Float).SetInt(total).Float64()
-	return f
+	return out
+}
+
+// PoolCapacity is a class's status.capacity: per family, in family order, the pool's size
+// (saturated at the largest int64), the class's addresses of that family (reserved) and the
+// difference, never below 0. A family appears when the pool has addresses of it or the class
+// has addresses of it (an admin's, outside the pool). Addresses of the pool that MetalLB gave to
+// Services outside any reservation are not subtracted: the driver does not read them.
+func PoolCapacity(pool *metallb.IPAddressPool, reserved map[ipamv1.IPFamily]int64) []ipamv1.FamilyCapacity {
+	sizes := PoolSizes(pool)
+	var out []ipamv1.FamilyCapacity
+	for _, fam := range []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6} {
+		size, ok := sizes[fam]
+		if !ok && reserved[fam] == 0 {
+			continue
+		}
+		n := int64(math.MaxInt64)
+		if size == nil {
+			n = 0
+		} else if size.IsInt64() {
+			n = size.Int64()
+		}
+		out = append(out, ipamv1.FamilyCapacity{Family: fam, Size: n, Reserved: reserved[fam], Free: max(n-reserved[fam], 0)})
+	}
+	return out
 }
 
 // PoolState is what MetalLB says of a class's pool for one family (its status's counts), which a
