@@ -117,8 +117,9 @@ func (d *Driver) poolWindow(ctx context.Context, v *plan.ProvisionView) error {
 	for _, fam := range v.Claim.Spec.Family.Families() {
 		v.Pool[fam] = plan.PoolStateOf(pool, fam)
 	}
+	claim := types.NamespacedName{Namespace: v.Claim.Namespace, Name: v.Claim.Name}
 	for _, fam := range plan.CreatesFor(*v) {
-		v.MayCreate[fam] = d.window.grant(poolFamily{pool: name, fam: fam}, v.NextName[fam], v.Pool[fam])
+		v.MayCreate[fam] = d.window.grant(poolFamily{pool: name, fam: fam}, v.NextName[fam], claim, v.Claim.CreationTimestamp.Time, v.Pool[fam])
 	}
 	return nil
 }
@@ -140,13 +141,11 @@ func (d *Driver) releaseSlots(v plan.ProvisionView, p plan.ProvisionPlan, made m
 			d.window.cancel(poolFamily{pool: pool, fam: fam}, v.NextName[fam])
 		}
 	}
-	if len(p.WaitForSlot) == 0 {
-		d.window.stopWaiting(key)
-		return
-	}
+	var pfs []poolFamily
 	for _, fam := range p.WaitForSlot {
-		d.window.wait(poolFamily{pool: pool, fam: fam}, key, v.Claim.CreationTimestamp.Time)
+		pfs = append(pfs, poolFamily{pool: pool, fam: fam})
 	}
+	d.window.waitFor(key, v.Claim.CreationTimestamp.Time, pfs...)
 }
 
 // confirmExpected completes the cache's view with this driver's own recent writes: an address or

@@ -60,16 +60,21 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := services.AddEventHandler(d.window.serviceHandler()); err != nil {
+	servicesSeen, err := services.AddEventHandler(d.window.serviceHandler())
+	if err != nil {
 		return err
 	}
 	pools, err := mgr.GetCache().GetInformer(ctx, &metallb.IPAddressPool{})
 	if err != nil {
 		return err
 	}
-	if _, err := pools.AddEventHandler(d.window.poolHandler()); err != nil {
+	poolsSeen, err := pools.AddEventHandler(d.window.poolHandler())
+	if err != nil {
 		return err
 	}
+	// The caches' sync does not wait for these handlers: the window grants nothing until they
+	// have been given the initial lists.
+	d.window.handlersSynced = func() bool { return servicesSeen.HasSynced() && poolsSeen.HasSynced() }
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return d.window.forward(ctx, d.wakeClaims) })); err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
 package driver
 
 import (
-	"container/heap"
 	"context"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -24,8 +25,13 @@ import (
 // of a pool and family wait for MetalLB at a time (the window, and no more than MetalLB counts
 // free addresses, but one); a claim beyond them waits its turn with no Service at all, queued
 // here oldest first, and is woken when a slot frees: a placeholder of the pool is served, retired
-// or gone, or MetalLB's count of the pool changes. The queue lives in memory: after a restart
-// every claim's first pass asks again. A woken claim that finds no slot after all queues again.
+// or gone, or MetalLB's count of the pool changes. A free slot goes to the oldest claims waiting:
+// a claim is granted one only when fewer claims older than it wait than there are free slots, so
+// a claim that comes later cannot take the slot an older one was woken for. The queue lives in
+// memory: after a restart every claim's first pass asks again. A woken claim that finds no slot
+// after all queues again. Nothing is granted until the window's informer handlers have been
+// given every object the caches held at start (synced): before that, the window does not know
+// the placeholders that wait already, and would grant slots the pool does not have.
 
 // poolFamily keys the window: a pool, by name, and a family.
 type poolFamily struct {
@@ -59,6 +65,10 @@ type provisioningWindow struct {
 	woken      map[types.NamespacedName]bool
 	forwarding bool
 	signal     chan struct{}
+	// handlersSynced reports whether the window's informer handlers have been given every object
+	// of the initial lists (nil: they have); synced latches it.
+	handlersSynced func() bool
+	synced         bool
 }
 
 func newProvisioningWindow(namespace string, size int, expectFor time.Duration, now func() time.Time) *provisioningWindow {
@@ -156,12 +166,26 @@ func (w *provisioningWindow) seePool(o any, deleted bool) {
 	}
 }
 
-// grant gives the claim's next placeholder of the pool and family a slot, when the window has
-// one for it (st: MetalLB's count of the pool as the claim's pass read it, used until the window
-// has seen the pool itself). A placeholder of that name the window counts already keeps its slot.
-func (w *provisioningWindow) grant(pf poolFamily, name string, st plan.PoolState) bool {
+// syncedLocked reports whether the window's handlers have seen everything the caches held at
+// start.
+func (w *provisioningWindow) syncedLocked() bool {
+	if !w.synced && (w.handlersSynced == nil || w.handlersSynced()) {
+		w.synced = true
+	}
+	return w.synced
+}
+
+// grant gives the claim's next placeholder (name) of the pool and family a slot, when the window
+// has one for it and no more claims older than this one (created) wait than there are free slots
+// (st: MetalLB's count of the pool as the claim's pass read it, used until the window has seen
+// the pool itself). A placeholder of that name the window counts already keeps its slot. A claim
+// granted a slot waits no more for the pool and family.
+func (w *provisioningWindow) grant(pf poolFamily, name string, claim types.NamespacedName, created time.Time, st plan.PoolState) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.syncedLocked() {
+		return false
+	}
 	if w.expireLocked(pf) {
 		// Slots of creates that never showed are free again: the oldest waiting claims go first.
 		defer w.releaseLocked(pf)
@@ -172,13 +196,18 @@ func (w *provisioningWindow) grant(pf poolFamily, name string, st plan.PoolState
 	if _, ok := w.unserved[pf][name]; ok {
 		return true
 	}
-	if len(w.unserved[pf])+len(w.granted[pf]) >= w.slotsLocked(pf, st) {
+	free := w.slotsLocked(pf, st) - len(w.unserved[pf]) - len(w.granted[pf])
+	q := w.waiting[pf]
+	if free <= 0 || q != nil && q.ahead(claim, created, w.now().Add(-w.expectFor)) >= free {
 		return false
 	}
 	if w.granted[pf] == nil {
 		w.granted[pf] = map[string]time.Time{}
 	}
 	w.granted[pf][name] = w.now()
+	if q != nil {
+		q.remove(claim)
+	}
 	return true
 }
 
@@ -192,54 +221,63 @@ func (w *provisioningWindow) cancel(pf poolFamily, name string) {
 	}
 }
 
-// wait queues a claim for a slot of the pool and family.
-func (w *provisioningWindow) wait(pf poolFamily, claim types.NamespacedName, created time.Time) {
+// waitFor queues a claim for a slot of each of the pools and families pfs, and takes it out of
+// every other queue: a claim that no longer needs a slot of a pool (its class names another, it
+// has its placeholder) must not hold back the claims behind it.
+func (w *provisioningWindow) waitFor(claim types.NamespacedName, created time.Time, pfs ...poolFamily) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.waiting[pf]
-	if q == nil {
-		q = &waitQueue{at: map[types.NamespacedName]time.Time{}}
-		w.waiting[pf] = q
+	for pf, q := range w.waiting {
+		if !slices.Contains(pfs, pf) {
+			q.remove(claim)
+		}
 	}
-	q.add(claim, created)
-	// A slot may have freed between the claim's read and now.
-	w.releaseLocked(pf)
+	for _, pf := range pfs {
+		q := w.waiting[pf]
+		if q == nil {
+			q = newWaitQueue()
+			w.waiting[pf] = q
+		}
+		q.add(claim, created)
+		// A slot may have freed between the claim's read and now.
+		w.releaseLocked(pf)
+	}
 }
 
 // stopWaiting takes a claim out of every queue: it has its placeholders, or needs none.
 func (w *provisioningWindow) stopWaiting(claim types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, q := range w.waiting {
-		delete(q.at, claim)
-	}
+	w.waitFor(claim, time.Time{})
 }
 
 // releaseLocked wakes as many of the oldest waiting claims as the pool and family have free
-// slots.
+// slots. They stay queued until their pass takes the slot (grant) or needs none (waitFor), so
+// that no younger claim takes it in between.
 func (w *provisioningWindow) releaseLocked(pf poolFamily) {
 	q := w.waiting[pf]
-	if q == nil || len(q.at) == 0 {
+	if q == nil || len(q.order) == 0 || !w.syncedLocked() {
 		return
 	}
 	w.expireLocked(pf)
-	for free := w.slotsLocked(pf, plan.PoolState{Free: -1}) - len(w.unserved[pf]) - len(w.granted[pf]); free > 0; free-- {
-		claim, ok := q.pop()
-		if !ok {
-			break
+	free := w.slotsLocked(pf, plan.PoolState{Free: -1}) - len(w.unserved[pf]) - len(w.granted[pf])
+	for _, claim := range q.oldest(free) {
+		if w.addWakeLocked(claim) {
+			q.woke(claim, w.now())
 		}
-		w.addWakeLocked(claim)
 	}
 	w.notifyLocked()
 }
 
-// addWakeLocked records a claim to bring back, once, and only while forward runs.
-func (w *provisioningWindow) addWakeLocked(claim types.NamespacedName) {
-	if !w.forwarding || w.woken[claim] {
-		return
+// addWakeLocked records a claim to bring back, once, and only while forward runs; it says
+// whether the claim is to be brought back.
+func (w *provisioningWindow) addWakeLocked(claim types.NamespacedName) bool {
+	if !w.forwarding {
+		return false
 	}
-	w.woken[claim] = true
-	w.wakes = append(w.wakes, claim)
+	if !w.woken[claim] {
+		w.woken[claim] = true
+		w.wakes = append(w.wakes, claim)
+	}
+	return true
 }
 
 // slotsLocked is how many placeholders of the pool and family may wait for MetalLB at once, by
@@ -304,7 +342,8 @@ func (w *provisioningWindow) expire() {
 
 // forward brings the woken claims to the claim reconciler, until ctx ends (a manager runnable
 // that runs on the leader only: the informers' handlers never block on the reconciler's queue),
-// and expires lost slots now and then.
+// and expires lost slots now and then. Once the window's handlers have synced, it wakes the
+// claims that queued before: they were refused every slot until then.
 func (w *provisioningWindow) forward(ctx context.Context, to chan<- ctrlevent.TypedGenericEvent[client.Object]) error {
 	w.mu.Lock()
 	w.forwarding = true
@@ -314,6 +353,14 @@ func (w *provisioningWindow) forward(ctx context.Context, to chan<- ctrlevent.Ty
 		w.forwarding, w.wakes, w.woken = false, nil, map[types.NamespacedName]bool{}
 		w.mu.Unlock()
 	}()
+	if w.handlersSynced != nil && !toolscache.WaitForCacheSync(ctx.Done(), w.handlersSynced) {
+		return nil
+	}
+	w.mu.Lock()
+	for pf := range w.waiting {
+		w.releaseLocked(pf)
+	}
+	w.mu.Unlock()
 	tick := time.NewTicker(max(w.expectFor, time.Second))
 	defer tick.Stop()
 	for {
@@ -343,10 +390,12 @@ func (w *provisioningWindow) forward(ctx context.Context, to chan<- ctrlevent.Ty
 	}
 }
 
-// waitQueue is the claims waiting for a slot, oldest (by creation) first.
+// waitQueue is the claims waiting for a slot, oldest (by creation, then name) first.
 type waitQueue struct {
 	at map[types.NamespacedName]time.Time
-	h  waitHeap
+	// wokenAt is when each claim was last woken for a slot.
+	wokenAt map[types.NamespacedName]time.Time
+	order   []waitEntry
 }
 
 type waitEntry struct {
@@ -354,50 +403,70 @@ type waitEntry struct {
 	created time.Time
 }
 
+func (a waitEntry) before(b waitEntry) bool {
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	return a.claim.String() < b.claim.String()
+}
+
+func newWaitQueue() *waitQueue {
+	return &waitQueue{at: map[types.NamespacedName]time.Time{}, wokenAt: map[types.NamespacedName]time.Time{}}
+}
+
+// index is where e is, or goes, in the order.
+func (q *waitQueue) index(e waitEntry) int {
+	return sort.Search(len(q.order), func(i int) bool { return !q.order[i].before(e) })
+}
+
 func (q *waitQueue) add(claim types.NamespacedName, created time.Time) {
-	if _, ok := q.at[claim]; ok {
-		return
+	if at, ok := q.at[claim]; ok {
+		if at.Equal(created) {
+			return
+		}
+		q.remove(claim)
 	}
 	q.at[claim] = created
-	if q.h.Len() > 2*len(q.at)+64 {
-		// Mostly entries of claims that stopped waiting: rebuild from those that wait.
-		q.h = q.h[:0]
-		for c, at := range q.at {
-			q.h = append(q.h, waitEntry{c, at})
-		}
-		heap.Init(&q.h)
+	e := waitEntry{claim, created}
+	q.order = slices.Insert(q.order, q.index(e), e)
+}
+
+func (q *waitQueue) remove(claim types.NamespacedName) {
+	at, ok := q.at[claim]
+	if !ok {
 		return
 	}
-	heap.Push(&q.h, waitEntry{claim, created})
+	delete(q.at, claim)
+	delete(q.wokenAt, claim)
+	if i := q.index(waitEntry{claim, at}); i < len(q.order) && q.order[i].claim == claim {
+		q.order = slices.Delete(q.order, i, i+1)
+	}
 }
 
-// pop takes the oldest claim still waiting (entries of claims that stopped waiting are dropped
-// on the way).
-func (q *waitQueue) pop() (types.NamespacedName, bool) {
-	for q.h.Len() > 0 {
-		e := heap.Pop(&q.h).(waitEntry)
-		if at, ok := q.at[e.claim]; ok && at.Equal(e.created) {
-			delete(q.at, e.claim)
-			return e.claim, true
+// ahead counts the claims waiting that are older than the claim (created) and may still come for
+// a slot: a claim woken before stale that has not taken its slot since is not waited for (its
+// pass failed, or never came), so that it cannot hold the queue up for good.
+func (q *waitQueue) ahead(claim types.NamespacedName, created, stale time.Time) int {
+	n := 0
+	for _, e := range q.order[:q.index(waitEntry{claim, created})] {
+		if at, ok := q.wokenAt[e.claim]; e.claim != claim && (!ok || at.After(stale)) {
+			n++
 		}
 	}
-	return types.NamespacedName{}, false
+	return n
 }
 
-type waitHeap []waitEntry
-
-func (h waitHeap) Len() int { return len(h) }
-func (h waitHeap) Less(i, j int) bool {
-	if !h[i].created.Equal(h[j].created) {
-		return h[i].created.Before(h[j].created)
+// oldest are the n oldest claims waiting.
+func (q *waitQueue) oldest(n int) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, e := range q.order[:min(max(n, 0), len(q.order))] {
+		out = append(out, e.claim)
 	}
-	return h[i].claim.String() < h[j].claim.String()
+	return out
 }
-func (h waitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *waitHeap) Push(x any)   { *h = append(*h, x.(waitEntry)) }
-func (h *waitHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+
+func (q *waitQueue) woke(claim types.NamespacedName, at time.Time) {
+	if _, ok := q.at[claim]; ok {
+		q.wokenAt[claim] = at
+	}
 }

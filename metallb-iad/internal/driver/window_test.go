@@ -1,12 +1,16 @@
 package driver
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
@@ -63,13 +67,13 @@ func TestExpiredSlotWakesTheOldestWaitingClaim(t *testing.T) {
 	w.forwarding = true
 	w.seePool(windowPool("1", 1), false)
 	pf := poolFamily{pool: "p", fam: ipamv1.IPv4}
-	if !w.grant(pf, "lost-create", plan.PoolState{}) {
+	if !w.grant(pf, "lost-create", types.NamespacedName{Namespace: "t", Name: "first"}, now, plan.PoolState{}) {
 		t.Fatal("no slot on a pool with one free address")
 	}
 	younger := types.NamespacedName{Namespace: "t", Name: "younger"}
 	older := types.NamespacedName{Namespace: "t", Name: "older"}
-	w.wait(pf, younger, now.Add(-time.Minute))
-	w.wait(pf, older, now.Add(-time.Hour))
+	w.waitFor(younger, now.Add(-time.Minute), pf)
+	w.waitFor(older, now.Add(-time.Hour), pf)
 	if len(w.wakes) != 0 {
 		t.Fatalf("woken with the only slot taken: %v", w.wakes)
 	}
@@ -77,5 +81,101 @@ func TestExpiredSlotWakesTheOldestWaitingClaim(t *testing.T) {
 	w.expire()
 	if len(w.wakes) != 1 || w.wakes[0] != older {
 		t.Fatalf("wakes after the slot expired: %v, want the older claim alone", w.wakes)
+	}
+}
+
+// A slot goes to the oldest claim waiting for it: a claim that comes later, and whose first pass
+// runs before the woken claim's, does not take it.
+func TestFreeSlotGoesToTheOldestWaitingClaim(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	w := newProvisioningWindow(testDriverNS, 32, time.Minute, func() time.Time { return now })
+	w.forwarding = true
+	w.seePool(windowPool("1", 1), false)
+	pf := poolFamily{pool: "p", fam: ipamv1.IPv4}
+	w.seeService(windowPlaceholder("ph-first", "t/first"), false)
+	older := types.NamespacedName{Namespace: "t", Name: "older"}
+	w.waitFor(older, now.Add(-time.Hour), pf)
+	// The first claim's placeholder is served: its slot frees, and the older claim is woken.
+	served := windowPlaceholder("ph-first", "t/first")
+	served.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.1"}}
+	w.seeService(served, false)
+	w.seePool(windowPool("2", 1), false)
+	if len(w.wakes) != 1 || w.wakes[0] != older {
+		t.Fatalf("wakes once the slot freed: %v, want the older claim", w.wakes)
+	}
+	// A new claim's first pass comes before the woken claim's.
+	newer := types.NamespacedName{Namespace: "t", Name: "newer"}
+	if w.grant(pf, "ph-newer", newer, now, plan.PoolState{}) {
+		t.Fatal("a new claim took the slot the older waiting claim was woken for")
+	}
+	if !w.grant(pf, "ph-older", older, now.Add(-time.Hour), plan.PoolState{}) {
+		t.Fatal("the older waiting claim found no slot")
+	}
+	// A woken claim whose pass never comes does not hold the slot for good.
+	w.waitFor(newer, now, pf)
+	w.seeService(windowPlaceholder("ph-older", "t/older"), false)
+	served = windowPlaceholder("ph-older", "t/older")
+	served.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.2"}}
+	w.seeService(served, false)
+	lost := types.NamespacedName{Namespace: "t", Name: "lost"}
+	w.waitFor(lost, now.Add(-2*time.Hour), pf)
+	if w.grant(pf, "ph-newer", newer, now, plan.PoolState{}) {
+		t.Fatal("a new claim took the slot ahead of an older claim just woken")
+	}
+	now = now.Add(2 * time.Minute)
+	if !w.grant(pf, "ph-newer", newer, now, plan.PoolState{}) {
+		t.Fatal("an older claim woken long ago and never back holds the slot")
+	}
+}
+
+// At start, the caches are synced before the window's handlers have been given what they hold:
+// a placeholder that waits already may not have reached the window. The window grants no slot
+// until its handlers have synced, and then wakes the claims it refused meanwhile.
+func TestWindowGrantsNothingBeforeItsHandlersSynced(t *testing.T) {
+	w := newProvisioningWindow(testDriverNS, 32, time.Minute, time.Now)
+	var synced atomic.Bool
+	w.handlersSynced = synced.Load
+	pf := poolFamily{pool: "p", fam: ipamv1.IPv4}
+	claim := types.NamespacedName{Namespace: "t", Name: "c"}
+	// One free address, and a placeholder asking for it that the handlers have not delivered.
+	w.seePool(windowPool("1", 1), false)
+	if w.grant(pf, "ph-c", claim, time.Now(), plan.PoolState{Free: 1}) {
+		t.Fatal("a slot granted before the window's handlers synced")
+	}
+	w.seeService(windowPlaceholder("ph-other", "t/other"), false)
+	// MetalLB counts a second free address meanwhile.
+	w.seePool(windowPool("2", 2), false)
+	if w.grant(pf, "ph-c", claim, time.Now(), plan.PoolState{Free: 2}) {
+		t.Fatal("a slot granted before the window's handlers synced")
+	}
+	w.waitFor(claim, time.Now(), pf)
+	to := make(chan ctrlevent.TypedGenericEvent[client.Object], 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.forward(ctx, to) }()
+	select {
+	case ev := <-to:
+		t.Fatalf("%s woken before the window's handlers synced", client.ObjectKeyFromObject(ev.Object))
+	case <-time.After(300 * time.Millisecond):
+	}
+	synced.Store(true)
+	select {
+	case ev := <-to:
+		if got := client.ObjectKeyFromObject(ev.Object); got != claim {
+			t.Fatalf("woke %s, want %s", got, claim)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting claim was not woken once the window's handlers synced")
+	}
+	if !w.grant(pf, "ph-c", claim, time.Now(), plan.PoolState{Free: 2}) {
+		t.Fatal("the woken claim found no slot")
+	}
+	if w.grant(pf, "ph-d", types.NamespacedName{Namespace: "t", Name: "d"}, time.Now(), plan.PoolState{Free: 2}) {
+		t.Fatal("a third placeholder granted on a pool with two free addresses")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
