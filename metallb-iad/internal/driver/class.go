@@ -9,12 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -29,18 +31,24 @@ import (
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
 )
 
-func (d *Driver) setupClasses(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+func (d *Driver) setupClasses(ctx context.Context, mgr ctrl.Manager) error {
+	watchCIDRs, err := d.canWatchServiceCIDRs(ctx)
+	if err != nil {
+		return err
+	}
+	d.serviceCIDRs = watchCIDRs
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("metallb-iad-class").
 		For(&ipamv1.IPAddressClass{}).
-		// A pool's change, and a rival class's arrival or departure, re-check the classes
-		// naming that pool.
+		// A pool's arrival, departure or change of spec, and a rival class's arrival or
+		// departure, re-check the classes naming that pool. MetalLB's writes of the pool's
+		// status (with every assignment) change nothing a class pass reads.
 		Watches(&metallb.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			if o.GetNamespace() != d.MetalLBNamespace {
 				return nil
 			}
 			return d.classesNaming(ctx, o.GetName())
-		})).
+		}), builder.WithPredicates(poolSpecChanged())).
 		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return d.classesNaming(ctx, plan.ParseClassParams(o.(*ipamv1.IPAddressClass)).Pool)
 		})).
@@ -54,8 +62,65 @@ func (d *Driver) setupClasses(mgr ctrl.Manager) error {
 				d.capacityChanged(e.Object, q)
 			},
 		}).
-		WithOptions(d.controllerOptions()).
-		Complete(reconcile.Func(d.reconcileClass))
+		WithOptions(d.controllerOptions())
+	if watchCIDRs {
+		// A change of the cluster's Service CIDRs changes the families every class serves.
+		b = b.Watches(&networkingv1.ServiceCIDR{}, handler.EnqueueRequestsFromMapFunc(d.ownClasses),
+			builder.WithPredicates(serviceCIDRsChanged()))
+	}
+	return b.Complete(reconcile.Func(d.reconcileClass))
+}
+
+// ownClasses are all the classes of this driver, from the cache.
+func (d *Driver) ownClasses(ctx context.Context, _ client.Object) []reconcile.Request {
+	var classes ipamv1.IPAddressClassList
+	if err := d.client.List(ctx, &classes); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, c := range classes.Items {
+		if c.Spec.Provisioner == plan.Provisioner {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+		}
+	}
+	return reqs
+}
+
+// poolSpecChanged passes a pool's update only when its spec or its deletion changed.
+func poolSpecChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*metallb.IPAddressPool)
+		n, ok2 := e.ObjectNew.(*metallb.IPAddressPool)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !equality.Semantic.DeepEqual(o.Spec, n.Spec)
+	}}
+}
+
+// serviceCIDRsChanged passes a ServiceCIDR's update only when its CIDRs changed.
+func serviceCIDRsChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*networkingv1.ServiceCIDR)
+		n, ok2 := e.ObjectNew.(*networkingv1.ServiceCIDR)
+		return !ok1 || !ok2 || !slices.Equal(o.Spec.CIDRs, n.Spec.CIDRs)
+	}}
+}
+
+// canWatchServiceCIDRs asks the apiserver once, at start, whether the driver may list the
+// cluster's ServiceCIDRs: a cache of a kind it may not list or watch would never sync and stop
+// the driver from starting. Without the API (a cluster before ServiceCIDRs) or the permission,
+// the classes take every family as served; a grant given later takes a restart of the driver.
+func (d *Driver) canWatchServiceCIDRs(ctx context.Context) (bool, error) {
+	var list networkingv1.ServiceCIDRList
+	if err := d.reader.List(ctx, &list, client.Limit(1)); err != nil {
+		if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			return false, err
+		}
+		log.FromContext(ctx).Info("cannot list the cluster's Service CIDRs; every family is taken as served", "error", err.Error())
+		return false, nil
+	}
+	return true, nil
 }
 
 func (d *Driver) classesNaming(ctx context.Context, pool string) []reconcile.Request {
@@ -199,18 +264,16 @@ func (d *Driver) reservedOf(ctx context.Context, class string) (map[ipamv1.IPFam
 }
 
 // clusterFamilies are the families of the cluster's Service CIDRs (networking.k8s.io/v1
-// ServiceCIDR, read uncached: a class pass is rare), which a placeholder's family must be among;
-// nil when the apiserver has none to tell (no such API, or no permission to read it), which
-// rules out no family. Any other error is the pass's, retried: a report that changed with a
-// passing failure would cost a write each way.
+// ServiceCIDR, from the cache), which a placeholder's family must be among; nil when the driver
+// does not watch them (no such API, or no permission to list them: canWatchServiceCIDRs) or
+// there are none, which rules out no family.
 func (d *Driver) clusterFamilies(ctx context.Context) ([]ipamv1.IPFamily, error) {
-	var list networkingv1.ServiceCIDRList
-	if err := d.reader.List(ctx, &list); err != nil {
-		if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-			return nil, err
-		}
-		log.FromContext(ctx).V(1).Info("cannot read the cluster's Service CIDRs; every family is taken as served", "error", err.Error())
+	if !d.serviceCIDRs {
 		return nil, nil
+	}
+	var list networkingv1.ServiceCIDRList
+	if err := d.client.List(ctx, &list); err != nil {
+		return nil, err
 	}
 	var out []ipamv1.IPFamily
 	for _, fam := range []ipamv1.IPFamily{ipamv1.IPv4, ipamv1.IPv6} {

@@ -99,7 +99,10 @@ type Driver struct {
 	window *provisioningWindow
 	// capacity is when each class's capacity was last written (class.go).
 	capacity *capacityClock
-	now      func() time.Time
+	// serviceCIDRs: the cluster's ServiceCIDRs could be listed at start, and are watched (the
+	// cache); otherwise every family is taken as served (clusterFamilies).
+	serviceCIDRs bool
+	now          func() time.Time
 	// wakeClaims brings the claims of provisioning placeholders back to the claim reconciler
 	// (sweepPlaceholders): a placeholder whose claim's event was missed is not left waiting.
 	wakeClaims chan ctrlevent.TypedGenericEvent[client.Object]

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,24 @@ type lostKey struct {
 type lossyQueues struct {
 	mu   sync.Mutex
 	lost map[lostKey]bool
+	// queued counts the requests added to each controller's queue (those not lost), by request.
+	queued sync.Map
+}
+
+// queuedFor is how many times req has been added to the queue of the controller named
+// controller (immediately, after a delay or rate limited).
+func (q *lossyQueues) queuedFor(controller string, req reconcile.Request) int64 {
+	if n, ok := q.queued.Load(lostKey{controller, req}); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func (q *lossyQueues) count(controller string, reqs ...reconcile.Request) {
+	for _, r := range reqs {
+		n, _ := q.queued.LoadOrStore(lostKey{controller, r}, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 }
 
 // lose drops every request for req to the controller named controller until the returned
@@ -43,8 +62,12 @@ func (q *lossyQueues) lose(t *testing.T, controller string, req reconcile.Reques
 
 func (q *lossyQueues) isLost(controller string, req reconcile.Request) bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.lost[lostKey{controller, req}]
+	lost := q.lost[lostKey{controller, req}]
+	q.mu.Unlock()
+	if !lost {
+		q.count(controller, req)
+	}
+	return lost
 }
 
 // newQueue is controller-runtime's default queue (its priority queue) with the lost requests

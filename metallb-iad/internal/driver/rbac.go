@@ -32,10 +32,11 @@ package driver
 //
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 //
-// The cluster's Service CIDRs, read when a class is judged: a family no Service of the cluster
-// can have is one the class cannot serve (status.families).
+// The cluster's Service CIDRs, watched (the cache) and read when a class is judged: a family no
+// Service of the cluster can have is one the class cannot serve (status.families). Without
+// list and watch, every family is taken as served.
 //
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list;watch
 //
 // In its own namespace: placeholder Services, and the short-lived release Services that make
 // MetalLB drop an allocation it kept for a deleted placeholder, are created and deleted there

@@ -90,7 +90,10 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := setupIndexes(ctx, mgr, d.Namespace); err != nil {
 		return err
 	}
-	for _, setup := range []func(ctrl.Manager) error{d.setupClasses, d.setupClaims, d.setupAddresses, d.setupServices} {
+	if err := d.setupClasses(ctx, mgr); err != nil {
+		return err
+	}
+	for _, setup := range []func(ctrl.Manager) error{d.setupClaims, d.setupAddresses, d.setupServices} {
 		if err := setup(mgr); err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,6 +102,9 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true" && writeResource(req.URL.Path) == "events" {
 		eventReads.Add(1)
+	}
+	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true" && strings.Contains(req.URL.Path, "/servicecidrs") {
+		serviceCIDRReads.Add(1)
 	}
 	if req.Method != http.MethodGet {
 		key := req.Method + " " + writeResource(req.URL.Path)
@@ -358,11 +362,13 @@ func cached(t *testing.T, obj client.Object) {
 }
 
 // settleSentinels are envtestutil's sentinels (the claim and the address of a class of another
-// driver) and a pool no class names.
+// driver), a pool no class names, and the apiserver's own ServiceCIDR (an annotation changes no
+// family).
 func settleSentinels() []client.Object {
 	return append(envtestutil.KindSentinels(envtestutil.SentinelNamespace),
 		&metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: envtestutil.SentinelNamespace},
-			Spec: metallb.IPAddressPoolSpec{Addresses: []string{"192.0.2.252/30"}}})
+			Spec: metallb.IPAddressPoolSpec{Addresses: []string{"192.0.2.252/30"}}},
+		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}})
 }
 
 // driverBusy says which controller of the driver has work queued or a reconcile running
