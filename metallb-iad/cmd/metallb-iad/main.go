@@ -67,11 +67,12 @@ func main() {
 			panic(err)
 		}
 	}
+	serviceLabels := driver.NewServiceLabels()
 	mgr, err := opts.New(manager.Spec{
 		Name: "metallb-iad", Version: version, Scheme: scheme,
 		LeaderElectionID: "metallb-iad.local.sdn.cozystack.io",
 		ByObject: func() map[client.Object]cache.ByObject {
-			by := driver.CacheByObject(*namespace)
+			by := driver.CacheByObject(*namespace, serviceLabels)
 			by[&metallb.IPAddressPool{}] = cache.ByObject{Namespaces: map[string]cache.Config{*metallbNS: {}}}
 			return by
 		}(),
@@ -83,7 +84,8 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	d := &driver.Driver{Namespace: *namespace, MetalLBNamespace: *metallbNS, Workers: opts.Workers, NudgeAfter: *nudge,
-		ReleaseAfter: *relAfter, NotServedAfter: *notServed, NoParking: !*parking, ProvisioningWindow: *window}
+		ReleaseAfter: *relAfter, NotServedAfter: *notServed, NoParking: !*parking, ProvisioningWindow: *window,
+		ServiceLabels: serviceLabels}
 	if *notServed <= 0 {
 		d.NotServedAfter = -1 // off
 	}

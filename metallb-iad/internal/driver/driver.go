@@ -82,6 +82,9 @@ type Driver struct {
 	// ProvisioningWindow is how many provisioning placeholders of one pool and family may wait
 	// for MetalLB at once (window.go); plan.DefaultProvisioningWindow when zero.
 	ProvisioningWindow int
+	// ServiceLabels are the label keys the Service cache keeps (CacheByObject's): the driver
+	// follows the pools' selectors into it. Required.
+	ServiceLabels *ServiceLabels
 
 	client client.Client
 	// reader reads the apiserver directly: only to confirm what the cache does not show yet of

@@ -16,7 +16,6 @@ import (
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/claimcache"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/index"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/servicecache"
 	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
 )
 
@@ -68,15 +67,16 @@ const ReasonAllocationFailed = "AllocationFailed"
 // bounded (plan.MaxNamesPerReport names, and only about the tenant's own address).
 //
 // Claims and Services are reduced to what the driver reads (claimcache.Strip,
-// servicecache.StripKeeping), for the same reason: a tenant writes them.
-func CacheByObject(namespace string) map[client.Object]cache.ByObject {
+// servicecache.StripKeeping, and of a Service's labels those labels names: ServiceLabels), for
+// the same reason: a tenant writes them. labels is the Driver's ServiceLabels.
+func CacheByObject(namespace string, labels *ServiceLabels) map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&corev1.Event{}: {
 			Field:     fields.OneTermEqualSelector("reason", ReasonAllocationFailed),
 			Transform: stripEvent,
 		},
 		&ipamv1.IPAddressClaim{}: {Transform: claimcache.Strip},
-		&corev1.Service{}:        {Transform: servicecache.StripKeeping(plan.DriverAnnotations...)},
+		&corev1.Service{}:        {Transform: labels.Transform()},
 	}
 }
 

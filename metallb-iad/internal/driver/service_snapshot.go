@@ -189,6 +189,17 @@ func (d *Driver) allocationVerdict(ctx context.Context, poolName string, svc *co
 			namespaces = append(namespaces, plan.NamespaceLabels{Name: ns.Name, Labels: ns.Labels})
 		}
 	}
+	if len(alloc.ServiceSelectors) > 0 && d.ServiceLabels.Stale(svc) {
+		// The cache cut the Service's labels before a pool selected by one of them: its labels
+		// are read from the apiserver.
+		var fresh corev1.Service
+		if err := d.reader.Get(ctx, client.ObjectKeyFromObject(svc), &fresh); err != nil {
+			return "", err
+		}
+		withLabels := *svc
+		withLabels.Labels = fresh.Labels
+		svc = &withLabels
+	}
 	return plan.AllocationExcludes(&pool, namespaces, svc), nil
 }
 

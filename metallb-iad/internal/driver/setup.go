@@ -72,6 +72,12 @@ func (d *Driver) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	if _, err := pools.AddEventHandler(d.ServiceLabels.poolHandler()); err != nil {
+		return err
+	}
+	if err := d.ServiceLabels.Seed(ctx, d.reader, d.MetalLBNamespace); err != nil {
+		return err
+	}
 	// The caches' sync does not wait for these handlers: the window grants nothing until they
 	// have been given the initial lists.
 	d.window.handlersSynced = func() bool { return servicesSeen.HasSynced() && poolsSeen.HasSynced() }

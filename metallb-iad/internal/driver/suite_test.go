@@ -264,13 +264,14 @@ func run(m *testing.M) int {
 	}
 	driverCfg := rest.CopyConfig(cfg)
 	driverCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt} })
+	serviceLabels := NewServiceLabels()
 	mgr, err := ctrl.NewManager(driverCfg, ctrl.Options{
 		Scheme: scheme,
 		Logger: reconciles.Logger(logf.Log),
 		// The Service cache's transform is kept: NewCache gets these options.
 		NewCache: reconciles.NewCache,
 		Metrics:  metricsserver.Options{BindAddress: "0"},
-		Cache:    cache.Options{ByObject: CacheByObject(testDriverNS)},
+		Cache:    cache.Options{ByObject: CacheByObject(testDriverNS, serviceLabels)},
 	})
 	if err != nil {
 		panic(err)
@@ -278,7 +279,8 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := &Driver{Namespace: testDriverNS, MetalLBNamespace: testMetalLBNS, Workers: 2, NudgeAfter: time.Hour, SweepEvery: sweepEvery(),
-		NotServedAfter: notServedAfter(), ExpectFor: expectFor(), NewQueue: lostEvents.newQueue}
+		NotServedAfter: notServedAfter(), ExpectFor: expectFor(), NewQueue: lostEvents.newQueue,
+		ServiceLabels: serviceLabels}
 	testDriver = d
 	testCache = mgr.GetCache()
 	if err := d.SetupWithManager(ctx, mgr); err != nil {

@@ -1,0 +1,63 @@
+package driver
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/driver/plan"
+	"github.com/cozystack/reserved-ips/metallb-iad/internal/metallb"
+)
+
+// The Service cache keeps the driver's own labels and those a pool's service selectors read,
+// and marks a Service it cut; a Service cut before a pool selected by one of its labels is stale
+// (read again when matched), one cut under the keys named now is not.
+func TestServiceCacheKeepsTheLabelsPoolsSelectBy(t *testing.T) {
+	l := NewServiceLabels()
+	l.namespace = testMetalLBNS
+	pool := func(keys ...string) *metallb.IPAddressPool {
+		sel := metav1.LabelSelector{MatchLabels: map[string]string{}}
+		for _, k := range keys {
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpExists})
+		}
+		return &metallb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testMetalLBNS, Name: "p"},
+			Spec: metallb.IPAddressPoolSpec{ServiceAllocation: &metallb.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{sel}}}}
+	}
+	h := l.poolHandler()
+	h.OnAdd(pool("tier"), false)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "web",
+		Labels: map[string]string{"tier": "gold", "app": "web", plan.LabelRole: plan.RoleHold, "example.com/blob": "x"}}}
+	out, err := l.Transform()(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Service)
+	if len(got.Labels) != 2 || got.Labels["tier"] != "gold" || got.Labels[plan.LabelRole] != plan.RoleHold {
+		t.Fatalf("cached labels %v, want tier and the driver's role", got.Labels)
+	}
+	if l.Stale(got) {
+		t.Fatal("a Service cut under the keys the pools name now is stale")
+	}
+	// A pool selects by app too: the Service cut without it is read again when matched.
+	h.OnUpdate(nil, pool("tier", "app"))
+	if !l.Stale(got) {
+		t.Fatal("a Service cut before a pool selected by app is not stale")
+	}
+	again, _ := l.Transform()(svc)
+	if s := again.(*corev1.Service); s.Labels["app"] != "web" || l.Stale(s) {
+		t.Fatalf("recached labels %v (stale %v)", s.Labels, l.Stale(s))
+	}
+	// Only the driver's labels: nothing cut, no mark.
+	own := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testDriverNS, Name: "h", Labels: map[string]string{plan.LabelRole: plan.RoleHold}}}
+	if o, _ := l.Transform()(own); o.(*corev1.Service).Annotations[annotationLabelKeys] != "" {
+		t.Fatal("a Service with nothing cut is marked")
+	}
+	// A pool of another namespace is not MetalLB's.
+	other := pool("zone")
+	other.Namespace = "elsewhere"
+	h.OnAdd(other, false)
+	if l.keep("zone") {
+		t.Fatal("keeps a key a pool outside MetalLB's namespace selects by")
+	}
+}
