@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestClaimsWaitingOnAFullPoolCostNothing(t *testing.T) {
 			from := time.Now()
 			consistently(ctx, t, 90*time.Second, "one placeholder, and no write of the driver", func(ctx context.Context) (bool, error) {
 				p, err := provisioningOf(ctx, c, pool)
-				if err != nil || len(p) > 1 {
+				if err != nil || len(p) != 1 {
 					return false, fmt.Errorf("provisioning placeholders %v (%v)", p, err)
 				}
 				var driver []string
@@ -97,17 +98,41 @@ func TestClaimsWaitingOnAFullPoolCostNothing(t *testing.T) {
 			})
 
 			// An address is freed (a Bound claim deleted, its class's policy Delete): the oldest
-			// waiting claim gets it, at once rather than at its next minute's look.
+			// waiting claim (by creation, then name, as the driver orders them) gets it, at once
+			// rather than at its next minute's look, and no other claim binds.
 			b, err := bound(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
+			var claims ipamv1.IPAddressClaimList
+			if err := c.List(ctx, &claims, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			var oldest *ipamv1.IPAddressClaim
+			for i := range claims.Items {
+				cl := &claims.Items[i]
+				if slices.Contains(b, cl.Name) {
+					continue
+				}
+				if oldest == nil || cl.CreationTimestamp.Before(&oldest.CreationTimestamp) ||
+					cl.CreationTimestamp.Equal(&oldest.CreationTimestamp) && cl.Name < oldest.Name {
+					oldest = cl
+				}
+			}
+			if oldest == nil {
+				t.Fatalf("no claim waits: bound %v", b)
+			}
 			if err := c.Delete(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: b[0]}}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(ctx, t, 30*time.Second, "a waiting claim to take the freed address", func(ctx context.Context) (bool, error) {
+			want := []string{b[1], oldest.Name}
+			slices.Sort(want)
+			eventually(ctx, t, 30*time.Second, "the oldest waiting claim, "+oldest.Name+", to take the freed address", func(ctx context.Context) (bool, error) {
 				now, err := bound(ctx)
-				return len(now) == 2 && !strings.Contains(strings.Join(now, ","), b[0]), err
+				if err == nil && len(now) > 1 && !slices.Equal(now, want) {
+					err = fmt.Errorf("bound %v, want %v", now, want)
+				}
+				return err == nil && slices.Equal(now, want), err
 			})
 			return ctx
 		}).Feature()

@@ -519,12 +519,12 @@ func TestNamedAddressMessageNamesNoOtherNamespace(t *testing.T) {
 		want := ipamv1.ReasonAddressUnusable
 		if tc.ref.Namespace != claim.Namespace {
 			want = ipamv1.ReasonAddressNotFound
-			if *w != *addressNotFound(a.Name) {
-				t.Errorf("%s: %q, want what a missing address reads", tc.name, w.message)
-			}
 		}
 		if w == nil || w.reason != want {
 			t.Fatalf("%s: %+v, want %s", tc.name, w, want)
+		}
+		if tc.ref.Namespace != claim.Namespace && *w != *addressNotFound(a.Name) {
+			t.Errorf("%s: %+v, want what a missing address reads: %+v", tc.name, *w, *addressNotFound(a.Name))
 		}
 		if tc.ref.Namespace != claim.Namespace && (strings.Contains(w.message, tc.ref.Namespace) || strings.Contains(w.message, tc.ref.Name)) {
 			t.Errorf("%s: the message names the other namespace's claim: %q", tc.name, w.message)

@@ -50,6 +50,13 @@ func TestNamingAnotherNamespacesAddressRevealsNothing(t *testing.T) {
 		t.Errorf("the claim's status names the other namespace's class: %q", grab.Status.ClassName)
 	}
 	for _, c := range []*ipamv1.IPAddressClaim{grab, guess} {
+		// Each claim is told, with a Warning; then no event on it says more.
+		if e := waitEvent(t, prober, c.Name, ipamv1.ReasonAddressNotFound); e.Type != corev1.EventTypeWarning || e.Note != said(c) {
+			t.Errorf("event on %s: %s %q, want a Warning saying %q", c.Name, e.Type, e.Note, said(c))
+		}
+	}
+	settled(t)
+	for _, c := range []*ipamv1.IPAddressClaim{grab, guess} {
 		for _, e := range eventsFor(t, prober, c.Name, "") {
 			if strings.Contains(e.Note, class) || strings.Contains(e.Note, owner) || e.Reason != ipamv1.ReasonAddressNotFound {
 				t.Errorf("event %s on %s says more than a missing address: %q", e.Reason, c.Name, e.Note)
