@@ -107,7 +107,8 @@ type IPAddressClaimStatus struct {
 	UsedBy []ClaimUser `json:"usedBy,omitempty"`
 	// conditions: Bound, whose reason and message say what the claim waits for (such as
 	// WaitingForAddress, ClassNotFound, NoDefaultClass, ClassNotAccepted, AddressNotFound,
-	// AddressUnusable, AddressLost); and Ready, the same verdict under the type that
+	// AddressUnusable, AddressLost, AddressLimitReached, NamespaceNotAllowed, FamilyNotServed);
+	// and Ready, the same verdict under the type that
 	// kubectl wait --for=condition=Ready and generic health checks read: True with reason Bound
 	// once every family has an address, False with Bound's reason otherwise.
 	// +optional
