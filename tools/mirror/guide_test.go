@@ -119,7 +119,7 @@ func TestAirGapGuide(t *testing.T) {
 	}
 	good := Access{CAFile: reg.CAFile, Creds: map[string]authn.AuthConfig{host: {Username: regUser, Password: regPass}}}
 	for _, o := range objs {
-		component := strings.TrimPrefix(o.GetName(), "cozystack.")
+		component := strings.TrimPrefix(o.GetName(), PrefixOutOfTree+".")
 		if o.GetKind() != "Package" || refs[component] == "" {
 			t.Fatalf("unexpected object %s %s", o.GetKind(), o.GetName())
 		}
