@@ -406,7 +406,7 @@ test-e2e-kind: ## The end-to-end suite on a kind cluster of KIND_KUBERNETES_VERS
 	$(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION)
 
 .PHONY: chaos
-chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/reliability.md.
+chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/notes/chaos-runs.md.
 	cd e2e && CHAOS_OPS=$(or $(CHAOS_OPS),1000) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_RATE=$(CHAOS_FAULT_RATE) \
 		CHAOS_REPORT=$(if $(CHAOS_REPORT),$(abspath $(CHAOS_REPORT))) \
 		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v . ./chaos

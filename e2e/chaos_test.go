@@ -752,7 +752,7 @@ func (r *chaosRun) summary(seed uint64, ops int, faultRate float64, started time
 	return b.String()
 }
 
-// appendReport appends the run as a row of the table in docs/reliability.md: date, commit (with
+// appendReport appends the run as a row of the table in docs/notes/chaos-runs.md: date, commit (with
 // "+dirty" when the checkout has uncommitted changes), MetalLB's version, seed, operations, fault rate, kills and
 // stalls per component, duration, convergence, violations per invariant.
 func (r *chaosRun) appendReport(path string, seed uint64, ops int, faultRate float64, started time.Time, converged time.Duration, v []chaos.Violation) error {

@@ -124,7 +124,7 @@ func TestChartsTravelInTheArchive(t *testing.T) {
 	}
 
 	// The Package values name images only.
-	if v := PackageValues(res); strings.Contains(v, "charts") || strings.Count(v, "kind: Package") != 1 {
+	if v, _ := PackageValues(res, PrefixOutOfTree); strings.Contains(v, "charts") || strings.Count(v, "kind: Package") != 1 {
 		t.Errorf("the Package values should name the image alone:\n%s", v)
 	}
 }

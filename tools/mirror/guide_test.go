@@ -50,8 +50,8 @@ func TestAirGapGuide(t *testing.T) {
 			script = append(script, m[2])
 		}
 	}
-	if skipped != 1 || len(script) != 2 || cosignBlock == "" {
-		t.Fatalf("the guide has %d runnable blocks, %d unrun and cosign commands %v; the test expects 2, 1 (kubectl) and true", len(script), skipped, cosignBlock != "")
+	if skipped != 2 || len(script) != 2 || cosignBlock == "" {
+		t.Fatalf("the guide has %d runnable blocks, %d unrun and cosign commands %v; the test expects 2, 2 (kubectl) and true", len(script), skipped, cosignBlock != "")
 	}
 
 	// The source: the two images with signatures and SBOMs, named by a packages/ directory.
@@ -119,7 +119,7 @@ func TestAirGapGuide(t *testing.T) {
 	}
 	good := Access{CAFile: reg.CAFile, Creds: map[string]authn.AuthConfig{host: {Username: regUser, Password: regPass}}}
 	for _, o := range objs {
-		component := strings.TrimPrefix(o.GetName(), "cozystack.")
+		component := strings.TrimPrefix(o.GetName(), PrefixOutOfTree+".")
 		if o.GetKind() != "Package" || refs[component] == "" {
 			t.Fatalf("unexpected object %s %s", o.GetKind(), o.GetName())
 		}

@@ -580,8 +580,38 @@ func verifyDigests(ctx context.Context, s *session, dst name.Digest) error {
 	return nil
 }
 
-// PackageValues renders the Package values that point the packages at the mirror.
-func PackageValues(results []Result) string {
+// Package names: the install the printed Packages are for. PrefixOutOfTree is the install of
+// deploy/cozystack/reserved-ips.yaml (Packages reserved-ips.<component>), PrefixInTree
+// Cozystack's own packages (cozystack.<component>, packages/core/platform/sources).
+const (
+	PrefixOutOfTree = "reserved-ips"
+	PrefixInTree    = "cozystack"
+)
+
+// PackagePrefixes are the prefixes PackageValues takes.
+var PackagePrefixes = []string{PrefixOutOfTree, PrefixInTree}
+
+// outOfTreeValues are the values the Packages of deploy/cozystack/reserved-ips.yaml set besides
+// the image (TestPackageValuesAreTheInstallsPackages holds them equal), printed with the image
+// so that applying the printed file over the installed one keeps them: kubectl apply deletes a
+// value that the last applied file set and the new one leaves out.
+const outOfTreeValues = `          metrics:
+            grafanaDashboard:
+              enabled: true
+`
+
+// PackageValues renders the Packages that point the packages at the mirror, named
+// <prefix>.<component>: PrefixOutOfTree (with the other values the out-of-tree file sets) or
+// PrefixInTree (the image alone).
+func PackageValues(results []Result, prefix string) (string, error) {
+	extra := ""
+	switch prefix {
+	case PrefixOutOfTree:
+		extra = outOfTreeValues
+	case PrefixInTree:
+	default:
+		return "", fmt.Errorf("package prefix %q: want %s", prefix, strings.Join(PackagePrefixes, " or "))
+	}
 	var b strings.Builder
 	for _, r := range results {
 		if r.Chart {
@@ -591,7 +621,7 @@ func PackageValues(results []Result) string {
 apiVersion: cozystack.io/v1alpha1
 kind: Package
 metadata:
-  name: cozystack.%[1]s
+  name: %[3]s.%[1]s
 spec:
   variant: default
   components:
@@ -599,7 +629,7 @@ spec:
       values:
         %[1]s:
           image: %[2]s
-`, r.Component, r.Dest)
+%[4]s`, r.Component, r.Dest, prefix, extra)
 	}
-	return b.String()
+	return b.String(), nil
 }

@@ -5,9 +5,13 @@ import (
 	"context"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cozystack/reserved-ips/tools/charts"
 	"github.com/cozystack/reserved-ips/tools/images"
@@ -129,23 +134,110 @@ func TestMirror(t *testing.T) {
 		t.Fatal("a dry run wrote to the mirror")
 	}
 
-	// The printed values are Package values the chart accepts.
-	out := PackageValues(res)
-	objs, err := kubeapply.Decode([]byte(out))
-	if err != nil || len(objs) != 2 {
-		t.Fatalf("values do not parse (%v):\n%s", err, out)
-	}
-	for _, o := range objs {
-		component := strings.TrimPrefix(o.GetName(), "cozystack.")
-		values := o.Object["spec"].(map[string]any)["components"].(map[string]any)[component].(map[string]any)["values"].(map[string]any)[component].(map[string]any)
-		c, err := charts.Load(charts.Dir(filepath.Join("..", ".."), component))
+	// The printed values are Package values the chart accepts, for either install.
+	for _, prefix := range PackagePrefixes {
+		out, err := PackageValues(res, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		manifest, err := charts.Render(c, "ns", values)
-		if err != nil || !strings.Contains(manifest, values["image"].(string)) {
-			t.Fatalf("%s: the chart rejects the printed image value: %v", component, err)
+		objs, err := kubeapply.Decode([]byte(out))
+		if err != nil || len(objs) != 2 {
+			t.Fatalf("values do not parse (%v):\n%s", err, out)
 		}
+		for _, o := range objs {
+			component := strings.TrimPrefix(o.GetName(), prefix+".")
+			values := o.Object["spec"].(map[string]any)["components"].(map[string]any)[component].(map[string]any)["values"].(map[string]any)[component].(map[string]any)
+			c, err := charts.Load(charts.Dir(filepath.Join("..", ".."), component))
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest, err := charts.Render(c, "ns", values)
+			if err != nil || !strings.Contains(manifest, values["image"].(string)) {
+				t.Fatalf("%s: the chart rejects the printed image value: %v", o.GetName(), err)
+			}
+		}
+	}
+}
+
+// TestPackageValuesAreTheInstallsPackages: the printed Packages are the install's own. By
+// default they are the Packages of deploy/cozystack/reserved-ips.yaml, named and set as there
+// with the image added, so that applying the printed file over that install (as
+// docs/air-gap.md says) changes the image alone: kubectl apply would delete a value the file
+// set and the printed one left out. With PrefixInTree they name the PackageSources of
+// packages/core/platform/sources, Cozystack's own packages, and set the image alone.
+func TestPackageValuesAreTheInstallsPackages(t *testing.T) {
+	root := filepath.Join("..", "..")
+	res := []Result{
+		{Component: "address-controller", Dest: "mirror.example/x/address-controller:v1@sha256:" + strings.Repeat("a", 64)},
+		{Component: "metallb-iad", Dest: "mirror.example/x/metallb-iad:v1@sha256:" + strings.Repeat("b", 64)},
+		{Component: images.PackagesArtifact, Dest: "mirror.example/x/" + images.PackagesArtifact + ":v1", Chart: true},
+	}
+	objects := func(path string, kind string) map[string]*unstructured.Unstructured {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubeapply.Decode(data)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out := map[string]*unstructured.Unstructured{}
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				out[o.GetName()] = o
+			}
+		}
+		return out
+	}
+	printed := func(prefix string) []*unstructured.Unstructured {
+		t.Helper()
+		out, err := PackageValues(res, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubeapply.Decode([]byte(out))
+		if err != nil || len(objs) != 2 {
+			t.Fatalf("%s: want two Packages (%v):\n%s", prefix, err, out)
+		}
+		return objs
+	}
+
+	installed := objects(filepath.Join(root, images.OutOfTreeFile), "Package")
+	for _, o := range printed(PrefixOutOfTree) {
+		in, ok := installed[o.GetName()]
+		if !ok {
+			t.Errorf("printed Package %s, which %s does not install (its Packages: %v)", o.GetName(), images.OutOfTreeFile, slices.Sorted(maps.Keys(installed)))
+			continue
+		}
+		want := in.DeepCopy()
+		component := strings.TrimPrefix(o.GetName(), PrefixOutOfTree+".")
+		for _, r := range res {
+			if r.Component == component {
+				if err := unstructured.SetNestedField(want.Object, r.Dest, "spec", "components", component, "values", component, "image"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !reflect.DeepEqual(o.Object["spec"], want.Object["spec"]) || o.GetAPIVersion() != in.GetAPIVersion() {
+			t.Errorf("printed Package %s is not the installed one with the image set:\nprinted %v\nwant    %v", o.GetName(), o.Object, want.Object)
+		}
+	}
+
+	sources := map[string]*unstructured.Unstructured{}
+	for _, f := range []string{"address-controller", "metallb-iad"} {
+		maps.Copy(sources, objects(filepath.Join(root, "packages", "core", "platform", "sources", f+".yaml"), "PackageSource"))
+	}
+	for _, o := range printed(PrefixInTree) {
+		component := strings.TrimPrefix(o.GetName(), PrefixInTree+".")
+		values, _, _ := unstructured.NestedMap(o.Object, "spec", "components", component, "values", component)
+		if sources[o.GetName()] == nil || len(values) != 1 || values["image"] == nil {
+			t.Errorf("printed Package %s: want one of Cozystack's PackageSources (%v) with the image value alone, got %v", o.GetName(), slices.Sorted(maps.Keys(sources)), values)
+		}
+	}
+
+	if _, err := PackageValues(res, "cozystack."); err == nil {
+		t.Error("PackageValues took an unknown prefix")
 	}
 }
 

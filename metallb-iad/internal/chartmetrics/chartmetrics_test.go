@@ -54,6 +54,22 @@ func TestMetalLBIADChartQueriesUseExportedMetrics(t *testing.T) {
 	}
 }
 
+// The driver's README and the chart's README name every metric the driver registers.
+func TestMetalLBIADDocsListEveryMetric(t *testing.T) {
+	known, err := promcheck.Registered(newDriverMetrics(t, nil).Register)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := known.Undocumented(filepath.Join("..", "..", "README.md"),
+		filepath.Join("..", "..", "..", "charts", "metallb-iad", "README.md.gotmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range missing {
+		t.Errorf("%s is not listed", m)
+	}
+}
+
 // collectedPoolLabels returns the values of metallb_iad_pool_addresses's state and family labels,
 // as the driver's collector emits them for an accepted class whose pool exists (read from a fake client: only the
 // collector's output matters here, the driver's integration tests count against an apiserver).

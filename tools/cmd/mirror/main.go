@@ -27,6 +27,10 @@
 // line, where other users of the machine see it (ps) and the shell history keeps it. On partial
 // failure the images that were copied are reported and their Package values printed, the
 // failures listed, and the exit status is 1; a usage error exits 2.
+//
+// The printed Packages are those of deploy/cozystack/reserved-ips.yaml (reserved-ips.<component>)
+// with the image set; --package-prefix cozystack names them for Cozystack's own packages
+// (cozystack.<component>) instead.
 package main
 
 import (
@@ -202,7 +206,7 @@ func (f *sourceFlags) add(fs *pflag.FlagSet) {
 
 // pushFlags shape what copy and load write to the mirror.
 type pushFlags struct {
-	to                            string
+	to, packagePrefix             string
 	dryRun, keepPath, noReferrers bool
 	concurrency                   int
 }
@@ -213,6 +217,16 @@ func (f *pushFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&f.concurrency, "concurrency", 4, "images copied at once")
 	fs.BoolVar(&f.noReferrers, "no-referrers", false, "copy the images alone, without signatures, attestations and SBOMs")
 	fs.BoolVar(&f.keepPath, "keep-path", false, "keep the source repository path under --to (ghcr.io/cozystack/x → PREFIX/cozystack/x) instead of PREFIX/x")
+	fs.StringVar(&f.packagePrefix, "package-prefix", mirror.PrefixOutOfTree, "name the printed Packages "+mirror.PrefixOutOfTree+".<component>, as deploy/cozystack/reserved-ips.yaml does, or "+
+		mirror.PrefixInTree+".<component>, as Cozystack's own packages do")
+}
+
+// check refuses what the flags cannot do, before anything is copied.
+func (f *pushFlags) check() error {
+	if _, err := mirror.PackageValues(nil, f.packagePrefix); err != nil {
+		return fmt.Errorf("--package-prefix: %w", err)
+	}
+	return nil
 }
 
 func (f *pushFlags) options(s streams, a mirror.Access) mirror.Options {
@@ -231,6 +245,9 @@ func copyCmd(s streams) *cobra.Command {
 			if push.to == "" {
 				return errors.New("copy needs --to")
 			}
+			if err := push.check(); err != nil {
+				return err
+			}
 			access, err := reg.access(s, push.to)
 			if err != nil {
 				return failure{err}
@@ -242,7 +259,7 @@ func copyCmd(s streams) *cobra.Command {
 			opts := push.options(s, access)
 			opts.Charts = chs
 			results, err := mirror.Mirror(cmd.Context(), imgs, opts)
-			return report(s, results, push.dryRun, err)
+			return report(s, results, push, err)
 		},
 	}
 	push.add(cmd.Flags())
@@ -305,12 +322,15 @@ func loadCmd(s streams) *cobra.Command {
 			if archive == "" || push.to == "" {
 				return errors.New("load needs --archive and --to")
 			}
+			if err := push.check(); err != nil {
+				return err
+			}
 			access, err := reg.access(s, push.to)
 			if err != nil {
 				return failure{err}
 			}
 			results, err := mirror.Load(cmd.Context(), archive, push.options(s, access))
-			return report(s, results, push.dryRun, err)
+			return report(s, results, push, err)
 		},
 	}
 	cmd.Flags().StringVar(&archive, "archive", "", "archive file written by save (required)")
@@ -349,7 +369,8 @@ func platformsCmd(s streams) *cobra.Command {
 
 // report prints each result, then the Package values of those copied, and returns err as a
 // failure.
-func report(s streams, results []mirror.Result, dryRun bool, err error) error {
+func report(s streams, results []mirror.Result, push pushFlags, err error) error {
+	dryRun := push.dryRun
 	for _, r := range results {
 		state := "verified (already there)"
 		switch {
@@ -361,7 +382,11 @@ func report(s streams, results []mirror.Result, dryRun bool, err error) error {
 		fmt.Fprintf(s.stderr, "%-20s %s → %s: %s, %d attachments\n", label(r), r.Source, r.Dest, state, len(r.Attachments))
 	}
 	if !dryRun && len(results) > 0 {
-		fmt.Fprint(s.stdout, "# Point the packages at the mirror:\n"+mirror.PackageValues(results))
+		values, verr := mirror.PackageValues(results, push.packagePrefix)
+		if verr != nil {
+			return verr // checked before the copy
+		}
+		fmt.Fprint(s.stdout, "# Point the packages at the mirror:\n"+values)
 	}
 	if err != nil {
 		return failure{fmt.Errorf("not copied:\n%w", err)}

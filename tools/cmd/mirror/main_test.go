@@ -51,12 +51,17 @@ func TestCopyPartialFailure(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit status %d, want 1\n%s", code, stderr)
 	}
-	if !strings.Contains(stdout, "name: cozystack.address-controller") || !strings.Contains(stdout, "image: "+dst+"/mirror/address-controller:v1@"+d.String()) ||
-		strings.Contains(stdout, "cozystack.metallb-iad") {
+	if !strings.Contains(stdout, "name: reserved-ips.address-controller") || !strings.Contains(stdout, "image: "+dst+"/mirror/address-controller:v1@"+d.String()) ||
+		strings.Contains(stdout, "metallb-iad") {
 		t.Fatalf("stdout should hold the values of the copied image only:\n%s", stdout)
 	}
 	if !strings.Contains(stderr, "not copied:") || !strings.Contains(stderr, "metallb-iad") || !strings.Contains(stderr, "answered HTTP 404") {
 		t.Fatalf("stderr should list the failure with the registry and status:\n%s", stderr)
+	}
+	// For Cozystack's own packages, the same values under their names.
+	code, stdout, stderr = mirrorRun(t, "", nil, "copy", "address-controller="+good, "--to", dst+"/mirror", "--package-prefix", "cozystack")
+	if code != 0 || !strings.Contains(stdout, "name: cozystack.address-controller") || strings.Contains(stdout, "reserved-ips.") {
+		t.Fatalf("--package-prefix cozystack: exit status %d, want 0 and Package cozystack.address-controller:\n%s%s", code, stdout, stderr)
 	}
 }
 
@@ -182,6 +187,8 @@ func TestEachCommandTakesItsOwnFlags(t *testing.T) {
 		{[]string{"load", "--archive", archive, "--to", "mirror.example/x", "extra"}, `unknown command "extra"`},
 		{[]string{"copy", "a=b"}, "copy needs --to"},
 		{[]string{"load", "--archive", archive}, "load needs --archive and --to"},
+		{[]string{"copy", "--to", "mirror.example/x", "--package-prefix", "cozystack.", "a=b"}, `--package-prefix: package prefix "cozystack.": want reserved-ips or cozystack`},
+		{[]string{"save", "--archive", archive, "--package-prefix", "cozystack"}, "unknown flag: --package-prefix"},
 		{[]string{"platforms"}, "requires at least 1 arg"},
 		{[]string{"push"}, `unknown command "push"`},
 		{[]string{"copy", "-to", "mirror.example/x", "a=b"}, "long flags take two dashes: --to"},

@@ -44,3 +44,19 @@ func TestAddressControllerChartQueriesUseExportedMetrics(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// The controller's README and the chart's README name every metric the controller registers.
+func TestAddressControllerDocsListEveryMetric(t *testing.T) {
+	known, err := promcheck.Registered(func(r prometheus.Registerer) error { return controller.NewMetrics(nil).Register(r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := known.Undocumented(filepath.Join("..", "..", "..", "README.md"),
+		filepath.Join("..", "..", "..", "..", "charts", "address-controller", "README.md.gotmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range missing {
+		t.Errorf("%s is not listed", m)
+	}
+}

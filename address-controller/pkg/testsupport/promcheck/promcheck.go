@@ -7,6 +7,7 @@ package promcheck
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -77,6 +78,39 @@ func (m *Metrics) Names() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Undocumented returns the metric families (a histogram once, without its _bucket, _sum and
+// _count series) that a document does not name in backquotes, for each document that misses one:
+// "path: metric".
+func (m *Metrics) Undocumented(paths ...string) ([]string, error) {
+	var families []string
+	for _, n := range m.Names() {
+		base := n
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(n, suffix); ok {
+				if _, isHistogram := m.labels[b+"_bucket"]; isHistogram {
+					base = b
+				}
+			}
+		}
+		if !slices.Contains(families, base) {
+			families = append(families, base)
+		}
+	}
+	var out []string
+	for _, p := range paths {
+		doc, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range families {
+			if !regexp.MustCompile("`" + regexp.QuoteMeta(f) + "[`{]").Match(doc) {
+				out = append(out, p+": "+f)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Merge adds every series and label value of o.
