@@ -40,6 +40,7 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 				return true, alice.List(ctx, &l, client.InNamespace(ns))
 			})
 			newPool(ctx, t, admin, "e2e-parking-auto", nil, "198.51.100.240/30")
+			poolLive(ctx, t, admin, ns, "198.51.100.240/30")
 
 			parked := lbService(ns, "parked", map[string]string{claimAnnotation: "not-there"}, false)
 			// The chart's policies reach the apiserver's admission through its informers.
@@ -101,4 +102,36 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// poolLive waits until MetalLB serves a new autoAssign pool: a Service that opted out of
+// auto-claim gets an address of it, and is deleted again. MetalLB loads a pool in the background
+// and does not look again at a Service it refused for want of one (until something changes it),
+// so a Service created before the pool is loaded would wait for ever: the probe is touched every
+// 20 s, as an operator would.
+func poolLive(ctx context.Context, t *testing.T, c client.Client, ns, cidr string) {
+	t.Helper()
+	probe := lbService(ns, "pool-live-probe", map[string]string{ipamv1.AnnotationAutoClaim: "false"}, false)
+	if err := c.Create(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	touched := time.Now()
+	eventually(ctx, t, 3*time.Minute, "MetalLB to serve the new autoAssign pool", func(ctx context.Context) (bool, error) {
+		var s corev1.Service
+		if err := c.Get(ctx, client.ObjectKeyFromObject(probe), &s); err != nil {
+			return false, err
+		}
+		if ips := ingressOf(&s); len(ips) > 0 {
+			return inRanges(ips[0], []string{cidr}), nil
+		}
+		if time.Since(touched) > 20*time.Second {
+			touched = time.Now()
+			v := touched.Format(time.RFC3339Nano)
+			patchAnnotations(ctx, t, c, &s, map[string]*string{"example.com/touched": &v})
+		}
+		return false, nil
+	})
+	if err := c.Delete(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
 }
