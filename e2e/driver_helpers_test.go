@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
@@ -452,4 +453,53 @@ func providerName() string {
 		return "local"
 	}
 	return "kind"
+}
+
+// explainOnFailure logs, when the test has failed, what says why MetalLB did what it did: the
+// events of ns, MetalLB's pools and, on kind, the last lines of MetalLB's controller's log (the
+// local provider keeps its processes' logs in E2E_STATE_DIR).
+func explainOnFailure(t *testing.T, c client.Client, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var events eventsv1.EventList
+		if err := c.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			t.Logf("events of %s: %v", ns, err)
+		}
+		for _, e := range events.Items {
+			t.Logf("event %s/%s %s %s: %s", e.Regarding.Kind, e.Regarding.Name, e.Type, e.Reason, e.Note)
+		}
+		pools := &unstructured.UnstructuredList{}
+		pools.SetGroupVersionKind(poolGVK.GroupVersion().WithKind(poolGVK.Kind + "List"))
+		if err := c.List(ctx, pools, client.InNamespace(metallbNamespace)); err != nil {
+			t.Logf("MetalLB's pools: %v", err)
+		}
+		for _, p := range pools.Items {
+			addrs, _, _ := unstructured.NestedStringSlice(p.Object, "spec", "addresses")
+			auto, found, _ := unstructured.NestedBool(p.Object, "spec", "autoAssign")
+			t.Logf("pool %s: %v autoAssign %v (set: %v) deleting %v", p.GetName(), addrs, auto, found, p.GetDeletionTimestamp() != nil)
+		}
+		if _, ok := cluster.(provider.Restarter); !ok {
+			return
+		}
+		cs, err := kubernetes.NewForConfig(cluster.Config())
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		w := provider.KindWorkloads["metallb-controller"]
+		pods, err := cs.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: w.Selector})
+		if err != nil {
+			t.Logf("MetalLB's controller pods: %v", err)
+			return
+		}
+		tail := int64(80)
+		for _, p := range pods.Items {
+			raw, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+			t.Logf("MetalLB's controller %s, last %d lines (%v):\n%s", p.Name, tail, err, raw)
+		}
+	})
 }

@@ -32,6 +32,7 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 			t.Cleanup(func() {
 				_ = admin.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 			})
+			explainOnFailure(t, admin, ns)
 			bind(ctx, t, admin, ns, "edit", rbacv1.Subject{Kind: "User", Name: "alice", APIGroup: rbacv1.GroupName})
 			alice, _ := as(t, "alice")
 			eventually(ctx, t, 30*time.Second, "the edit role to be aggregated", func(ctx context.Context) (bool, error) {

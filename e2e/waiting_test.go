@@ -79,6 +79,21 @@ func TestClaimsWaitingOnAFullPoolCostNothing(t *testing.T) {
 				}
 				return err == nil, err
 			})
+			// The class's capacity, which the driver writes at most every 30 s, shows the pool full
+			// before the quiet stretch starts: its last write for the two bindings is not a write
+			// "while the pool stayed full".
+			eventually(ctx, t, 60*time.Second, "the class's capacity to show the pool full", func(ctx context.Context) (bool, error) {
+				var class ipamv1.IPAddressClass
+				if err := c.Get(ctx, client.ObjectKey{Name: pool}, &class); err != nil {
+					return false, err
+				}
+				for _, fc := range class.Status.Capacity {
+					if fc.Family == ipamv1.IPv4 {
+						return fc.Reserved == 2 && fc.Free == 0, nil
+					}
+				}
+				return false, nil
+			})
 			from := time.Now()
 			consistently(ctx, t, 90*time.Second, "one placeholder, and no write of the driver", func(ctx context.Context) (bool, error) {
 				p, err := provisioningOf(ctx, c, pool)
