@@ -427,7 +427,7 @@ func (r *runner) runPhases(ctx context.Context, rep *Report, phases []string) er
 			prefix := "base-" + phase + "-"
 			step, err := r.measure(ctx, "baseline-"+phase, PhasePlain, prefix, n,
 				func(ctx context.Context, j int) error {
-					return r.cl.Create(ctx, plainService(fmt.Sprintf("%s%05d", prefix, j)))
+					return r.cl.Create(ctx, plainService(objectName(prefix, j)))
 				}, hasIngress)
 			rep.add(step)
 			if err != nil {
@@ -442,18 +442,18 @@ func (r *runner) runPhases(ctx context.Context, rep *Report, phases []string) er
 		switch phase {
 		case PhasePlain:
 			step, err = r.measure(ctx, PhasePlain, PhasePlain, "plain-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, plainService(fmt.Sprintf("plain-%05d", j)))
+				return r.cl.Create(ctx, plainService(objectName("plain-", j)))
 			}, hasIngress)
 		case PhaseClaims:
 			step, err = r.measure(ctx, PhaseClaims, PhaseClaims, "claim-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, newClaim(fmt.Sprintf("claim-%05d", j)))
+				return r.cl.Create(ctx, newClaim(objectName("claim-", j)))
 			}, claimBound)
 			if err == nil {
 				err = r.recordClaims(ctx)
 			}
 		case PhaseAttach:
 			step, err = r.measure(ctx, PhaseAttach, PhaseAttach, "attach-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, attachService(fmt.Sprintf("attach-%05d", j), fmt.Sprintf("claim-%05d", j)))
+				return r.cl.Create(ctx, attachService(objectName("attach-", j), objectName("claim-", j)))
 			}, r.showsClaimIPs)
 		}
 		rep.add(step)
@@ -576,10 +576,20 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 		waitProfile := r.profileAPIServer(ctx, name, tr, n)
 		defer waitProfile()
 	}
+	// Each object's create is timed from the moment its first attempt is sent (a retried
+	// create keeps that moment), so its latency includes the apiserver's time to create it.
+	// Each j is created by one goroutine, and createAll returns after they have all ended.
+	sent := make([]time.Time, n)
+	timedCreate := func(ctx context.Context, j int) error {
+		if sent[j].IsZero() {
+			sent[j] = time.Now()
+		}
+		return create(ctx, j)
+	}
 	start := time.Now()
 	step.started = start
 	tr.setStart(start)
-	createDur, createErr := r.createAll(ctx, n, create)
+	createDur, createErr := r.createAll(ctx, n, timedCreate)
 	step.CreateSeconds = createDur.Seconds()
 	if createErr != nil {
 		stopProgress()
@@ -591,9 +601,11 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	case <-ctx.Done():
 	}
 	stopProgress()
-	times := r.tracker.end()
+	doneAt := r.tracker.end()
+	times := sortedTimes(doneAt)
 	step.Done = len(times)
 	step.Series = series(start, times)
+	step.Latency = latencyOf(createToDone(prefix, sent, doneAt))
 	if len(times) == n {
 		step.Seconds = times[len(times)-1].Sub(start).Seconds()
 	} else {
@@ -703,7 +715,7 @@ func retry(ctx context.Context, f func() error) error {
 func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error {
 	r.logf("deleting the baseline's %d Services", n)
 	if _, err := r.createAll(ctx, n, func(ctx context.Context, j int) error {
-		return r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("%s%05d", prefix, j)}})
+		return r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: objectName(prefix, j)}})
 	}); err != nil {
 		return err
 	}
@@ -994,7 +1006,9 @@ func (r *runner) check(ctx context.Context, phases []string) ([]string, error) {
 	return Check(got, want), nil
 }
 
-// tracker records when each object of the running step is first seen done.
+// tracker records when each object of the running step is first seen done: the first event of
+// the benchmark's watch (its cache, started and synced before any step's first create) in
+// which done holds, timed as the event is handled.
 type tracker struct {
 	mu     sync.Mutex
 	active *stepTrack
@@ -1031,17 +1045,24 @@ func (st *stepTrack) count() int {
 	return len(st.doneAt)
 }
 
-// end stops the step and returns its completion times, sorted.
-func (t *tracker) end() []time.Time {
+// end stops the step and returns when each object was first seen done, by name.
+func (t *tracker) end() map[string]time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []time.Time
+	var out map[string]time.Time
 	if t.active != nil {
-		for _, at := range t.active.doneAt {
-			out = append(out, at)
-		}
+		out = t.active.doneAt
 	}
 	t.active = nil
+	return out
+}
+
+// sortedTimes are the completion times, earliest first.
+func sortedTimes(doneAt map[string]time.Time) []time.Time {
+	out := make([]time.Time, 0, len(doneAt))
+	for _, at := range doneAt {
+		out = append(out, at)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
 }

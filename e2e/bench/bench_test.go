@@ -452,7 +452,8 @@ func TestTrackerRecordsEachObjectOnceAndOnlyItsOwn(t *testing.T) {
 		t.Fatalf("counted %d objects that are not done or not the step's", st.count())
 	}
 	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1"))
-	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1")) // again: counted once
+	afterFirst := time.Now()
+	tr.observe(svc(Namespace, "plain-00000", "198.18.0.1")) // again: counted once, first time kept
 	select {
 	case <-st.allDone:
 		t.Fatal("all done after one of two")
@@ -464,9 +465,12 @@ func TestTrackerRecordsEachObjectOnceAndOnlyItsOwn(t *testing.T) {
 	default:
 		t.Fatal("not all done after both")
 	}
-	times := tr.end()
-	if len(times) != 2 || times[1].Before(times[0]) {
-		t.Errorf("completion times %v, want two, sorted", times)
+	doneAt := tr.end()
+	if len(doneAt) != 2 || doneAt["plain-00000"].After(afterFirst) {
+		t.Errorf("completion times %v, want two, plain-00000's from the first event showing an address (before %v)", doneAt, afterFirst)
+	}
+	if times := sortedTimes(doneAt); len(times) != 2 || times[1].Before(times[0]) {
+		t.Errorf("sorted completion times %v, want two, earliest first", times)
 	}
 	tr.observe(svc(Namespace, "plain-00002", "198.18.0.5")) // after the end: ignored, no panic
 }

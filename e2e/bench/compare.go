@@ -40,6 +40,14 @@ type BuildFigures struct {
 	// headline ratios against plain MetalLB at the same population.
 	ClaimsRatio float64 `json:"claimsRatio"`
 	AttachRatio float64 `json:"attachRatio"`
+	// AttachP50Seconds, AttachP99Seconds and AttachMaxSeconds are the attach Services' times
+	// from create to their claim's address; AttachBaselineP50Seconds and
+	// AttachBaselineP99Seconds the same-population plain Services' from create to an address.
+	AttachP50Seconds         float64 `json:"attachP50Seconds"`
+	AttachP99Seconds         float64 `json:"attachP99Seconds"`
+	AttachMaxSeconds         float64 `json:"attachMaxSeconds"`
+	AttachBaselineP50Seconds float64 `json:"attachBaselineP50Seconds"`
+	AttachBaselineP99Seconds float64 `json:"attachBaselineP99Seconds"`
 	// StatusWritesPerService are MetalLB's writes of services/status per Service of the plain
 	// phase (every attempt, conflicts included), StatusConflicts those answered 409.
 	StatusWritesPerService float64 `json:"plainStatusWritesPerService"`
@@ -106,6 +114,12 @@ func figures(rep *Report) BuildFigures {
 			f.ClaimsRatio, f.ClaimsBaselineSeconds = h.VsBaseline, h.BaselineSeconds
 		case PhaseAttach:
 			f.AttachRatio, f.AttachBaselineSeconds = h.VsBaseline, h.BaselineSeconds
+			if l := h.Latency; l != nil {
+				f.AttachP50Seconds, f.AttachP99Seconds, f.AttachMaxSeconds = l.P50Seconds, l.P99Seconds, l.MaxSeconds
+			}
+			if l := h.BaselineLatency; l != nil {
+				f.AttachBaselineP50Seconds, f.AttachBaselineP99Seconds = l.P50Seconds, l.P99Seconds
+			}
 		}
 	}
 	return f
@@ -256,6 +270,11 @@ func (c *Comparison) WriteText(w io.Writer) {
 	row("attach: time", when(attach, func(b BuildFigures) float64 { return b.AttachSeconds }), "%.1f s", times)
 	row("attach: plain at the same population", ratio(func(b BuildFigures) float64 { return b.AttachBaselineSeconds }), "%.1f s", times)
 	row("attach: time ratio (≤ 1.25)", ratio(func(b BuildFigures) float64 { return b.AttachRatio }), "%.2f×", diff)
+	row("attach: create to its claim's address, p50", ratio(func(b BuildFigures) float64 { return b.AttachP50Seconds }), "%.1f s", times)
+	row("attach: create to its claim's address, p99", ratio(func(b BuildFigures) float64 { return b.AttachP99Seconds }), "%.1f s", times)
+	row("attach: create to its claim's address, max", ratio(func(b BuildFigures) float64 { return b.AttachMaxSeconds }), "%.1f s", times)
+	row("attach: plain create to an address, p50", ratio(func(b BuildFigures) float64 { return b.AttachBaselineP50Seconds }), "%.1f s", times)
+	row("attach: plain create to an address, p99", ratio(func(b BuildFigures) float64 { return b.AttachBaselineP99Seconds }), "%.1f s", times)
 	row("attach: project writes / Service", when(attach, func(b BuildFigures) float64 { return b.ProjectWritesPerAttach }), "%.2f", diff)
 	row("attach: settled after", when(attach, func(b BuildFigures) float64 { return b.AttachSettleSeconds }), "%.1f s", percent)
 	row("load average at the steps' ends (mean)", when(always, func(b BuildFigures) float64 { return b.LoadAvg }), "%.2f", diff)

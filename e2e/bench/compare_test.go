@@ -17,8 +17,8 @@ func TestFiguresReadAReport(t *testing.T) {
 			MetalLBStatus: StatusWrites{ByTarget: map[string]int{"plain": 6, "other": 2}, Conflicts: 1}},
 		{Name: "baseline-claims", Kind: PhasePlain, N: 4, Done: 4, Seconds: 12},
 		{Name: PhaseClaims, Kind: PhaseClaims, N: 4, Done: 4, Seconds: 24, ProjectWritesPerObject: 7},
-		{Name: "baseline-attach", Kind: PhasePlain, N: 4, Done: 4, Seconds: 10},
-		{Name: PhaseAttach, Kind: PhaseAttach, N: 4, Done: 3, TimedOut: true, Seconds: 99},
+		{Name: "baseline-attach", Kind: PhasePlain, N: 4, Done: 4, Seconds: 10, Latency: &Latency{Count: 4, P50Seconds: 1, P99Seconds: 2, MaxSeconds: 2}},
+		{Name: PhaseAttach, Kind: PhaseAttach, N: 4, Done: 3, TimedOut: true, Seconds: 99, Latency: &Latency{Count: 3, P50Seconds: 5, P99Seconds: 9, MaxSeconds: 9}},
 	}
 	rep.Headline = Headline(rep.Steps)
 	f := figures(rep)
@@ -28,12 +28,20 @@ func TestFiguresReadAReport(t *testing.T) {
 	if f != want {
 		t.Errorf("figures:\n got %+v\nwant %+v", f, want)
 	}
+	// Once attach finishes, its latencies and its baseline's are figures too.
+	rep.Steps[4].TimedOut, rep.Steps[4].Done = false, 4
+	rep.Headline = Headline(rep.Steps)
+	f = figures(rep)
+	if f.AttachP50Seconds != 5 || f.AttachP99Seconds != 9 || f.AttachMaxSeconds != 9 || f.AttachBaselineP50Seconds != 1 || f.AttachBaselineP99Seconds != 2 {
+		t.Errorf("attach latencies: got p50 %v p99 %v max %v, baseline p50 %v p99 %v; want 5, 9, 9, 1, 2",
+			f.AttachP50Seconds, f.AttachP99Seconds, f.AttachMaxSeconds, f.AttachBaselineP50Seconds, f.AttachBaselineP99Seconds)
+	}
 }
 
 func TestComparisonText(t *testing.T) {
 	c := &Comparison{Commit: "abc", Builds: []BuildFigures{
 		{MetalLB: "v0.16.1", PlainSeconds: 20, StatusWritesPerService: 2, StatusConflicts: 12, ClaimsRatio: 0.4, AttachRatio: 2, Check: true,
-			PlainDone: true, ClaimsDone: true, AttachDone: true, ProjectWritesPerAttach: 3},
+			PlainDone: true, ClaimsDone: true, AttachDone: true, ProjectWritesPerAttach: 3, AttachP99Seconds: 24, AttachBaselineP99Seconds: 8},
 		{MetalLB: "v0.16.1+patched", PlainSeconds: 10, StatusWritesPerService: 1, ClaimsRatio: 0.5, Check: false,
 			PlainDone: true, ClaimsDone: true},
 	}}
@@ -47,6 +55,8 @@ func TestComparisonText(t *testing.T) {
 		"| attach: time ratio (≤ 1.25) | 2.00× | - | - |",
 		"| plain: status writes answered 409 | 12 | 0 | -12 |", // a real zero, not a missing figure
 		"| attach: project writes / Service | 3.00 | - | - |",  // the attach phase did not finish
+		"| attach: create to its claim's address, p99 | 24.0 s | - | - |",
+		"| attach: plain create to an address, p99 | 8.0 s | - | - |",
 		"| final check | passed | FAILED | |",
 	} {
 		if !strings.Contains(buf.String(), want) {

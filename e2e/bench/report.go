@@ -81,7 +81,10 @@ type Step struct {
 	Settled       bool    `json:"settled"`
 	WindowSeconds float64 `json:"windowSeconds"`
 	Series        []Point `json:"series"`
-	started       time.Time
+	// Latency is each object's time from its create to the first watch event showing it done
+	// (latency.go), over the objects done; nil when none was.
+	Latency *Latency `json:"latency,omitempty"`
+	started time.Time
 
 	Writes                 WriteSummary `json:"writes"`
 	ProjectWritesPerObject float64      `json:"projectWritesPerObject"`
@@ -148,6 +151,14 @@ type Ratio struct {
 	EmptySeconds float64 `json:"emptyPlainSeconds,omitempty"`
 	VsEmpty      float64 `json:"vsEmptyPlain,omitempty"`
 	Target       string  `json:"target"`
+	// Latency is the phase's per-object time from create to done, BaselineLatency the same
+	// baseline's (create to any address); the ratios are phase over baseline (lower is better)
+	// whatever Measure says, zero without a baseline.
+	Latency         *Latency `json:"latency,omitempty"`
+	BaselineLatency *Latency `json:"baselineLatency,omitempty"`
+	P50VsBaseline   float64  `json:"p50VsBaseline,omitempty"`
+	P99VsBaseline   float64  `json:"p99VsBaseline,omitempty"`
+	MaxVsBaseline   float64  `json:"maxVsBaseline,omitempty"`
 }
 
 func newReport(cfg Config) *Report {
@@ -222,12 +233,27 @@ func Headline(steps []*Step) []Ratio {
 		if base != nil {
 			r.BaselineSeconds, r.VsBaseline = base.Seconds, ratio(base.Seconds)
 		}
+		r.Latency = s.Latency
+		if base != nil && base.Latency != nil && s.Latency != nil {
+			r.BaselineLatency = base.Latency
+			r.P50VsBaseline = over(s.Latency.P50Seconds, base.Latency.P50Seconds)
+			r.P99VsBaseline = over(s.Latency.P99Seconds, base.Latency.P99Seconds)
+			r.MaxVsBaseline = over(s.Latency.MaxSeconds, base.Latency.MaxSeconds)
+		}
 		if empty != nil && phase != PhasePlain {
 			r.EmptySeconds, r.VsEmpty = empty.Seconds, ratio(empty.Seconds)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// over is a/b, zero when b is (no ratio rather than an infinite one).
+func over(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // WriteJSON writes the report to path.
@@ -264,10 +290,26 @@ func (rep *Report) WriteText(w io.Writer) {
 			secs(h.EmptySeconds), ratioText(h.VsEmpty, h.Measure), h.Measure, h.Target)
 	}
 	p("")
+	p("Per object, from sending its create to the benchmark's watch first showing it done (p50 / p99 / max; ratios are the phase's over its plain baseline's, lower is better):")
+	p("")
+	p("| phase | done when | objects | create to done | plain at the same population: create to an address | ratio |")
+	p("|---|---|---|---|---|---|")
+	for _, h := range rep.Headline {
+		if h.Latency == nil {
+			continue
+		}
+		base, ratio := "-", "-"
+		if h.BaselineLatency != nil {
+			base = latencyText(h.BaselineLatency)
+			ratio = fmt.Sprintf("%.2f× / %.2f× / %.2f×", h.P50VsBaseline, h.P99VsBaseline, h.MaxVsBaseline)
+		}
+		p("| %s | %s | %d | %s | %s | %s |", h.Phase, doneWhen[h.Phase], h.Latency.Count, latencyText(h.Latency), base, ratio)
+	}
+	p("")
 	p("### Steps")
 	p("")
-	p("| step | Services at start | time | objects/s | creates took | settled after | project writes (/object) | project reconciles (/object) | MetalLB writes (refused events) | MetalLB reconciles: service / reprocess-all / pool-status | kube-apiserver CPU s /object |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	p("| step | Services at start | time | objects/s | create to done p50 / p99 / max | creates took | settled after | project writes (/object) | project reconciles (/object) | MetalLB writes (refused events) | MetalLB reconciles: service / reprocess-all / pool-status | kube-apiserver CPU s /object |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range rep.Steps {
 		timed := fmt.Sprintf("%.1f s", s.Seconds)
 		if s.TimedOut {
@@ -280,8 +322,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		if !s.QuietAtStart {
 			timed += " (began before the cluster was quiet)"
 		}
-		p("| %s | %d | %s | %.1f | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d (%d) | %d / %d / %d | %.3f |", s.Name, s.PopulationAtStart, timed,
-			s.PerSecond, s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
+		p("| %s | %d | %s | %.1f | %s | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d (%d) | %d / %d / %d | %.3f |", s.Name, s.PopulationAtStart, timed,
+			s.PerSecond, latencyText(s.Latency), s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
 			s.ProjectReconcilesPerObject, s.MetalLBWrites, s.MetalLBRefusedEvents, s.MetalLB.Reconciles["service"],
 			s.MetalLB.Reconciles["reprocess-all"], s.MetalLB.Reconciles["pool-status"], s.APIServerCPUPerObject)
 	}
@@ -410,6 +452,17 @@ func (rep *Report) WriteText(w io.Writer) {
 			p("- %s", pr)
 		}
 	}
+}
+
+// doneWhen says, per phase, what its latencies run to.
+var doneWhen = map[string]string{PhasePlain: "any address", PhaseClaims: "Bound", PhaseAttach: "its claim's address"}
+
+// latencyText is p50 / p99 / max, or "-" when nothing was measured.
+func latencyText(l *Latency) string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s / %s", dur(l.P50Seconds), dur(l.P99Seconds), dur(l.MaxSeconds))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -13,7 +13,6 @@ import (
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
-	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/metallb-iad/pkg/parking"
 	"github.com/cozystack/reserved-ips/tools/policycel"
 )
@@ -52,19 +51,53 @@ func coreSays(t *testing.T, req policycel.ParkRequest) string {
 		return ""
 	}
 	ns, nsLabels := namespaceOf(req)
+	var ours []ipamv1.IPAddressClass
 	for _, c := range req.Classes {
-		u := toClass(t, c)
-		if u.Spec.Provisioner != policycel.Provisioner || u.DeletionTimestamp != nil {
-			continue
-		}
-		// Auto-claim makes no claim from a class for a namespace the class does not serve.
-		if (svc.Annotations[ipamv1.AnnotationServiceClass] != "" && u.Name == svc.Annotations[ipamv1.AnnotationServiceClass] ||
-			svc.Annotations[ipamv1.AnnotationServiceClass] == "" && u.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
-			driverkit.RefusesNamespace(u, ns, nsLabels) == driverkit.NamespaceAdmitted {
-			return policycel.ParkAutoClaimedPolicy + "/" + u.Name
+		if u := toClass(t, c); u.Spec.Provisioner == policycel.Provisioner {
+			ours = append(ours, *u)
 		}
 	}
+	if named := svc.Annotations[ipamv1.AnnotationServiceClass]; named != "" {
+		// The class the Service names: the core claims from it; it parks the Service when it is
+		// this driver's, not being deleted, and serves the namespace.
+		for i := range ours {
+			if u := &ours[i]; u.Name == named && u.DeletionTimestamp == nil && parking.ServesNamespace(u, ns, nsLabels) {
+				return policycel.ParkAutoClaimedPolicy
+			}
+		}
+		return ""
+	}
+	// The core's own choice of the auto-claim class (autoclaim.PickClass). The policy sees one
+	// class at a time, so it parks when the core would pick a class of this driver among this
+	// driver's classes: whenever the core picks one of them, and also when a newer marked class of
+	// another driver serves the namespace too (the Service stays parked, with its claim from the
+	// other class; docs/design.md records it).
+	if chosen, _ := autoclaim.PickClass(ours, ns, nsLabels); chosen != nil {
+		if all := allClasses(t, req); pick(all, ns, nsLabels) == nil {
+			t.Fatalf("parked for class %s, but the core would make no claim", chosen.Name)
+		}
+		return policycel.ParkAutoClaimedPolicy
+	}
 	return ""
+}
+
+func pick(classes []ipamv1.IPAddressClass, ns string, nsLabels map[string]string) *ipamv1.IPAddressClass {
+	c, _ := autoclaim.PickClass(classes, ns, nsLabels)
+	return c
+}
+
+func allClasses(t *testing.T, req policycel.ParkRequest) []ipamv1.IPAddressClass {
+	var out []ipamv1.IPAddressClass
+	for _, c := range req.Classes {
+		out = append(out, *toClass(t, c))
+	}
+	return out
+}
+
+// outcome is a parking decision without the class it names (the policies name the first class
+// that applies, the core the one it picks).
+func outcome(why string) string {
+	return strings.SplitN(why, "/", 2)[0]
 }
 
 // webhookSays is the driver's parking webhook's decision (metallb-iad's parking.Decide, which
@@ -140,17 +173,17 @@ func TestParkingAgreesWithTheCore(t *testing.T) {
 		}
 		req := policycel.GenParkRequest(b)
 		want := coreSays(t, req)
-		if got := policycel.ParkingRule(req); got != want {
+		if got := outcome(policycel.ParkingRule(req)); got != want {
 			t.Fatalf("policycel.ParkingRule says %q, the core's rules %q\nold %v\nnew %v\nclasses %v", got, want, req.OldObject, req.Object, req.Classes)
 		}
-		if got := webhookSays(t, req); got != want {
+		if got := outcome(webhookSays(t, req)); got != want {
 			t.Fatalf("the parking webhook (parking.Decide) says %q, the core's rules %q\nold %v\nnew %v\nclasses %v", got, want, req.OldObject, req.Object, req.Classes)
 		}
 		res, err := p.Evaluate(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Join(res.Applied, ","); got != want {
+		if got := outcome(strings.Join(res.Applied, ",")); got != want {
 			t.Fatalf("the chart's policies applied %q, the core's rules say %q\nold %v\nnew %v\nclasses %v", got, want, req.OldObject, req.Object, req.Classes)
 		}
 		seen[strings.SplitN(want, "/", 2)[0]]++
@@ -160,5 +193,106 @@ func TestParkingAgreesWithTheCore(t *testing.T) {
 		if seen[o] < 20 {
 			t.Errorf("outcome %q occurred %d times: the sample does not cover it", o, seen[o])
 		}
+	}
+}
+
+// Several marked classes: the core takes the newest that serves the Service's namespace, and
+// every parking rule parks exactly the Services it will claim for from a class of this driver.
+func TestParkingWithSeveralMarkedClasses(t *testing.T) {
+	p, err := policycel.LoadParking(filepath.Join("..", ".."), "cozy-metallb-iad", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := func(name, provisioner, created string, selector map[string]any) map[string]any {
+		c := map[string]any{"apiVersion": "local.sdn.cozystack.io/v1alpha1", "kind": "IPAddressClass",
+			"metadata": map[string]any{"name": name, "creationTimestamp": created,
+				"annotations": map[string]any{ipamv1.AnnotationAutoClaimClass: "true"}},
+			"spec":   map[string]any{"provisioner": provisioner},
+			"status": map[string]any{"conditions": []any{map[string]any{"type": "Accepted", "status": "True", "reason": "Accepted"}}}}
+		if selector != nil {
+			c["spec"].(map[string]any)["namespaceSelector"] = selector
+		}
+		return c
+	}
+	gold := map[string]any{"matchLabels": map[string]any{"tier": "gold"}}
+	unaccepted := func(c map[string]any) map[string]any {
+		delete(c, "status")
+		return c
+	}
+	const older, newer = "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"
+	for _, tc := range []struct {
+		name      string
+		classes   []map[string]any
+		nsLabels  map[string]any
+		coreClass string // the class the core claims from ("" for none)
+		parked    bool
+	}{
+		{"an older class serves all, a newer one gold: unlabelled namespace",
+			[]map[string]any{class("all", policycel.Provisioner, older, nil), class("gold", policycel.Provisioner, newer, gold)},
+			nil, "all", true},
+		{"an older class serves all, a newer one gold: gold namespace",
+			[]map[string]any{class("all", policycel.Provisioner, older, nil), class("gold", policycel.Provisioner, newer, gold)},
+			map[string]any{"tier": "gold"}, "gold", true},
+		{"only a gold class: unlabelled namespace",
+			[]map[string]any{class("gold", policycel.Provisioner, newer, gold)},
+			nil, "", false},
+		{"another driver's newer class that refuses the namespace",
+			[]map[string]any{class("all", policycel.Provisioner, older, nil), class("other", "other.drivers.example.com", newer, gold)},
+			nil, "all", true},
+		{"another driver's older class that serves the namespace",
+			[]map[string]any{class("other", "other.drivers.example.com", older, nil), class("gold", policycel.Provisioner, newer, gold)},
+			nil, "other", false},
+		// A class its driver has not accepted yet is not the auto-claim class (which namespaces
+		// it serves is not known yet).
+		{"a newer class not accepted yet",
+			[]map[string]any{class("all", policycel.Provisioner, older, nil), unaccepted(class("late", policycel.Provisioner, newer, nil))},
+			nil, "all", true},
+		{"the only class not accepted yet",
+			[]map[string]any{unaccepted(class("late", policycel.Provisioner, newer, nil))},
+			nil, "", false},
+		// The policies see one class at a time: the Service stays parked while its claim is of
+		// the other driver's class (never a MetalLB address it does not own).
+		{"another driver's newer class that serves the namespace too",
+			[]map[string]any{class("all", policycel.Provisioner, older, nil), class("other", "other.drivers.example.com", newer, nil)},
+			nil, "other", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := map[string]any{"apiVersion": "v1", "kind": "Service",
+				"metadata": map[string]any{"name": "web", "namespace": "tenant-example"},
+				"spec":     map[string]any{"type": "LoadBalancer"}}
+			md := map[string]any{"name": "tenant-example"}
+			if tc.nsLabels != nil {
+				md["labels"] = tc.nsLabels
+			}
+			req := policycel.ParkRequest{Object: svc, Classes: tc.classes, Namespace: map[string]any{"metadata": md}}
+			ns, nsLabels := namespaceOf(req)
+			got := ""
+			if c := pick(allClasses(t, req), ns, nsLabels); c != nil {
+				got = c.Name
+			}
+			if got != tc.coreClass {
+				t.Fatalf("the core picks class %q, want %q", got, tc.coreClass)
+			}
+			want := ""
+			if tc.parked {
+				want = policycel.ParkAutoClaimedPolicy
+			}
+			if got := coreSays(t, req); got != want {
+				t.Errorf("coreSays %q, want %q", got, want)
+			}
+			if got := outcome(policycel.ParkingRule(req)); got != want {
+				t.Errorf("policycel.ParkingRule says %q, want %q", got, want)
+			}
+			if got := outcome(webhookSays(t, req)); got != want {
+				t.Errorf("the parking webhook says %q, want %q", got, want)
+			}
+			res, err := p.Evaluate(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := outcome(strings.Join(res.Applied, ",")); got != want {
+				t.Errorf("the chart's policies applied %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -111,7 +111,14 @@ func (e *parkingEnv) class(name, provisioner string, autoClaim bool) {
 	if autoClaim {
 		c.SetAnnotations(map[string]string{annAutoClaimClass: "true"})
 	}
-	if _, err := e.dyn.Resource(classGVR).Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+	created, err := e.dyn.Resource(classGVR).Create(e.ctx, c, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// Its driver accepts it: auto-claim, and parking for it, use a marked class only then.
+	created.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Accepted", "status": "True",
+		"reason": "Accepted", "message": "the test plays the driver", "lastTransitionTime": "2026-01-01T00:00:00Z"}}}
+	if _, err := e.dyn.Resource(classGVR).UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }

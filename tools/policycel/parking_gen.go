@@ -107,6 +107,17 @@ func GenParkRequest(b []byte) ParkRequest {
 	if l := parkNamespaceLabels[pick(len(parkNamespaceLabels))]; l != nil {
 		md["labels"] = l
 	}
+	// Whether each class's driver has accepted it (mostly: a missing byte reads as accepted).
+	for _, c := range req.Classes {
+		if cond := parkAcceptance[pick(len(parkAcceptance))]; cond != nil {
+			st, _ := c["status"].(map[string]any)
+			if st == nil {
+				st = map[string]any{}
+				c["status"] = st
+			}
+			st["conditions"] = []any{cond}
+		}
+	}
 	req.Namespace = map[string]any{"metadata": md}
 	return req
 }
@@ -125,4 +136,13 @@ var (
 		{},
 	}
 	parkNamespaceLabels = []map[string]any{nil, {"tier": "gold"}, {"tier": "bronze"}, {"team": "a"}}
+	// A class's Accepted condition: True (most often), none yet, False, and another type.
+	parkAcceptance = []map[string]any{
+		{"type": "Accepted", "status": "True", "reason": "Accepted"},
+		{"type": "Accepted", "status": "True", "reason": "Accepted"},
+		{"type": "Accepted", "status": "True", "reason": "Accepted"},
+		nil,
+		{"type": "Accepted", "status": "False", "reason": "PoolRefused"},
+		{"type": "Ready", "status": "True", "reason": "Ready"},
+	}
 )

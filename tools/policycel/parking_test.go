@@ -144,6 +144,7 @@ func class(name, provisioner string, autoClaim bool) map[string]any {
 	if autoClaim {
 		c["metadata"].(map[string]any)["annotations"] = map[string]any{AnnotationAutoClaimClass: "true"}
 	}
+	c["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Accepted", "status": "True", "reason": "Accepted"}}}
 	return c
 }
 

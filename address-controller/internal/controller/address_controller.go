@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -50,7 +51,9 @@ func (r *AddressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("ipaddress").
 		For(&ipamv1.IPAddress{}).
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.addressesOfClaim)).
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.releasedOfClass)).
+		// A driver's capacity writes on a class decide nothing for its Released addresses.
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.releasedOfClass),
+			builder.WithPredicates(driverkit.NotCapacityOnly())).
 		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/autoclaim"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/manager"
 )
@@ -71,6 +72,13 @@ func (r *AutoClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		// Turning auto-claim on concerns the Services that could use it; other class updates
 		// do not.
 		Watches(&ipamv1.IPAddressClass{}, r.classMarked(), builder.WithPredicates(autoClaimTurnedOn())).
+		// A namespace's labels decide which marked classes serve its Services (namespaceSelector,
+		// servedNamespaces); a namespace the cache gets after its Services ends their wait.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingServicesOf),
+			builder.WithPredicates(predicate.Funcs{
+				DeleteFunc:  func(event.DeleteEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			}, predicate.LabelChangedPredicate{})).
 		WithOptions(manager.ControllerOptions(r.Workers)).
 		Complete(r)
 }
@@ -101,8 +109,8 @@ func ownersEqual(a, b []metav1.OwnerReference) bool {
 }
 
 // autoClaimTurnedOn passes a class created with the auto-claim mark, an update that adds the
-// mark, the core's stamp of when it took effect, and a change of the namespaces a marked class
-// serves (a namespace it refused may be served now).
+// mark, the core's stamp of when it took effect, its driver's acceptance, and a change of the
+// namespaces a marked class serves (a namespace it refused may be served now).
 func autoClaimTurnedOn() predicate.Predicate {
 	marked := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimClass] == "true" }
 	served := func(o client.Object) (*metav1.LabelSelector, *ipamv1.NamespaceSet) {
@@ -111,13 +119,18 @@ func autoClaimTurnedOn() predicate.Predicate {
 		}
 		return nil, nil
 	}
+	accepted := func(o client.Object) bool {
+		c, ok := o.(*ipamv1.IPAddressClass)
+		return ok && autoclaim.Accepted(c)
+	}
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool { return marked(e.Object) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			stamped := func(o client.Object) bool { return o.GetAnnotations()[ipamv1.AnnotationAutoClaimEnabledAt] != "" }
 			oldSel, oldSet := served(e.ObjectOld)
 			newSel, newSet := served(e.ObjectNew)
-			widened := !equality.Semantic.DeepEqual(oldSel, newSel) || !equality.Semantic.DeepEqual(oldSet, newSet)
+			widened := !equality.Semantic.DeepEqual(oldSel, newSel) || !equality.Semantic.DeepEqual(oldSet, newSet) ||
+				accepted(e.ObjectOld) != accepted(e.ObjectNew)
 			return marked(e.ObjectNew) && (!marked(e.ObjectOld) || !stamped(e.ObjectOld) && stamped(e.ObjectNew) || widened)
 		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -158,6 +171,36 @@ func (r *AutoClaimReconciler) waitingServices(ctx context.Context, _ client.Obje
 	return reqs
 }
 
+// waitingServicesOf maps a namespace to its Services that auto-claim could serve and that have no
+// claim of their name yet.
+func (r *AutoClaimReconciler) waitingServicesOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs, client.InNamespace(o.GetName()), client.MatchingFields{indexServiceWaiting: ""},
+		client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "listing the Services auto-claim could serve", "namespace", o.GetName())
+		return nil
+	}
+	if len(svcs.Items) == 0 {
+		return nil
+	}
+	var claims ipamv1.IPAddressClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "listing the claims of a namespace", "namespace", o.GetName())
+		return nil
+	}
+	claimed := make(map[string]bool, len(claims.Items))
+	for i := range claims.Items {
+		claimed[claims.Items[i].Name] = true
+	}
+	var reqs []reconcile.Request
+	for _, s := range svcs.Items {
+		if !claimed[s.Name] {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		}
+	}
+	return reqs
+}
+
 func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var svc corev1.Service
 	if err := r.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
@@ -180,23 +223,21 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	className, class, err := r.classFor(ctx, &svc)
+	className, class, wait, err := r.classFor(ctx, &svc)
 	if err != nil || className == "" {
-		return reconcile.Result{}, err
+		return reconcile.Result{RequeueAfter: wait}, err
 	}
 	if class == nil {
 		// The class the Service names, when it exists (one that does not is the claim's to say).
 		var named ipamv1.IPAddressClass
 		switch err := r.Client.Get(ctx, types.NamespacedName{Name: className}, &named); {
 		case err == nil:
-			if refused, err := r.refusesNamespace(ctx, &svc, &named); refused || err != nil {
-				return reconcile.Result{}, err
+			if wait, refused, err := r.refusesNamespace(ctx, &svc, &named); refused || err != nil {
+				return reconcile.Result{RequeueAfter: wait}, err
 			}
 		case !apierrors.IsNotFound(err):
 			return reconcile.Result{}, err
 		}
-	} else if refused, err := r.refusesNamespace(ctx, &svc, class); refused || err != nil {
-		return reconcile.Result{}, err
 	}
 	var enabled time.Time
 	if class != nil {
@@ -246,31 +287,41 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	return reconcile.Result{}, nil
 }
 
-// refusesNamespace: the class does not serve the Service's namespace (its namespaceSelector, or
-// the namespaces its driver reports its backend serves), and auto-claim makes no claim from it
-// there: the claim could never bind, and the Service, parked for it, would get no address at all.
-// The auto-claim class simply does not apply to such a namespace (the Service is left to
-// MetalLB, as with no auto-claim class); a class the Service names says why, once, on the
-// Service.
-func (r *AutoClaimReconciler) refusesNamespace(ctx context.Context, svc *corev1.Service, class *ipamv1.IPAddressClass) (bool, error) {
+// refusesNamespace: the class the Service names does not serve the Service's namespace (its
+// namespaceSelector, or the namespaces its driver reports its backend serves), and auto-claim
+// makes no claim from it there: the claim could never bind. It says why, once, on the Service.
+// A namespace missing from the cache (created just before the Service, not seen yet) is refused
+// for now, and looked at again after wait, backing off.
+func (r *AutoClaimReconciler) refusesNamespace(ctx context.Context, svc *corev1.Service, class *ipamv1.IPAddressClass) (time.Duration, bool, error) {
 	if class.Spec.NamespaceSelector == nil && class.Status.ServedNamespaces == nil {
 		r.announcer().Clear(svc, ipamv1.ReasonNamespaceNotAllowed)
-		return false, nil
+		return 0, false, nil
 	}
-	var ns corev1.Namespace
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, &ns); client.IgnoreNotFound(err) != nil {
-		return false, err
+	nsLabels, wait, err := r.namespaceLabels(ctx, svc)
+	if wait != 0 || err != nil {
+		return wait, true, err
 	}
-	why := namespaceRefusal(class, svc.Namespace, ns.Labels)
-	switch {
-	case why == "":
-		r.announcer().Clear(svc, ipamv1.ReasonNamespaceNotAllowed)
-		return false, nil
-	case svc.Annotations[ipamv1.AnnotationServiceClass] != "":
+	if why := namespaceRefusal(class, svc.Namespace, nsLabels); why != "" {
 		r.announcer().Say(svc, nil, corev1.EventTypeWarning, ipamv1.ReasonNamespaceNotAllowed, "AutoClaim",
 			"no claim is made for this Service: "+why)
+		return 0, true, nil
 	}
-	return true, nil
+	r.announcer().Clear(svc, ipamv1.ReasonNamespaceNotAllowed)
+	return 0, false, nil
+}
+
+// namespaceLabels reads the labels of the Service's namespace from the cache. A namespace the
+// cache does not hold yet gives a wait (backing off with the Service's age): its labels are
+// unknown, not empty, and its creation event brings a pass too (the Namespace watch).
+func (r *AutoClaimReconciler) namespaceLabels(ctx context.Context, svc *corev1.Service) (map[string]string, time.Duration, error) {
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, recheckAfter(r.now().Sub(svc.CreationTimestamp.Time)), nil
+		}
+		return nil, 0, err
+	}
+	return ns.Labels, 0, nil
 }
 
 // existingClaim handles a Service whose name a claim already has.
@@ -300,27 +351,36 @@ func (r *AutoClaimReconciler) now() time.Time {
 }
 
 // classFor picks the Service's class: its ip-address-class annotation, else the auto-claim class
-// (the newest when several are marked, with a warning), which it also returns. "" means
-// auto-claim is off for the Service.
-func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service) (string, *ipamv1.IPAddressClass, error) {
+// (autoclaim.PickClass: the newest marked class that serves the Service's namespace, with a
+// warning when several do), which it also returns. "" means auto-claim is off for the Service;
+// wait, when set, is when to look again (the namespace's labels are not known yet).
+func (r *AutoClaimReconciler) classFor(ctx context.Context, svc *corev1.Service) (string, *ipamv1.IPAddressClass, time.Duration, error) {
 	if name := svc.Annotations[ipamv1.AnnotationServiceClass]; name != "" {
-		return name, nil, nil
+		return name, nil, 0, nil
 	}
 	var classes ipamv1.IPAddressClassList
 	if err := r.Client.List(ctx, &classes); err != nil {
-		return "", nil, err
+		return "", nil, 0, err
 	}
-	chosen, others := pickMarkedClass(classes.Items, ipamv1.AnnotationAutoClaimClass)
+	var nsLabels map[string]string
+	if autoclaim.NeedsNamespaceLabels(classes.Items) {
+		var wait time.Duration
+		var err error
+		if nsLabels, wait, err = r.namespaceLabels(ctx, svc); wait != 0 || err != nil {
+			return "", nil, wait, err
+		}
+	}
+	chosen, others := autoclaim.PickClass(classes.Items, svc.Namespace, nsLabels)
 	if chosen == nil {
-		return "", nil, nil
+		return "", nil, 0, nil
 	}
 	if len(others) == 0 {
 		// Resolved: a later recurrence is said again.
 		r.announcer().Clear(svc, "MultipleAutoClaimClasses")
 	} else {
 		r.announcer().Say(svc, nil, corev1.EventTypeWarning, "MultipleAutoClaimClasses", "AutoClaim",
-			fmt.Sprintf("several classes are marked for auto-claim (%s, %s); using %s, the newest. Unmark all but one.",
-				chosen.Name, strings.Join(others, ", "), chosen.Name))
+			fmt.Sprintf("several classes marked for auto-claim serve namespace %s (%s, %s); using %s, the newest. Unmark all but one, or restrict their namespaces.",
+				svc.Namespace, chosen.Name, strings.Join(others, ", "), chosen.Name))
 	}
-	return chosen.Name, chosen.DeepCopy(), nil
+	return chosen.Name, chosen.DeepCopy(), 0, nil
 }

@@ -70,7 +70,9 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.LabelChangedPredicate{}, deletionPredicate()))).
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfAddress),
 			builder.WithPredicates(addressChangedForClaims())).
-		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass)).
+		// A driver's capacity writes on a class decide nothing for its claims.
+		Watches(&ipamv1.IPAddressClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForClass),
+			builder.WithPredicates(driverkit.NotCapacityOnly())).
 		// A namespace's labels decide which classes serve its claims (namespaceSelector).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingClaimsOf),
 			builder.WithPredicates(predicate.Funcs{

@@ -374,6 +374,10 @@ func newClass(t *testing.T, name, provisioner string, mutate ...func(*ipamv1.IPA
 		m(c)
 	}
 	create(t, c)
+	if provisioner == noDriver && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" {
+		// Auto-claim uses a class only once its driver has accepted it: play that driver.
+		reportAsDriver(t, name, func(*ipamv1.IPAddressClassStatus) {})
+	}
 	return c
 }
 

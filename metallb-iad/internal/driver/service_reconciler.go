@@ -66,7 +66,7 @@ func (d *Driver) setupServices(mgr ctrl.Manager) error {
 				return nil
 			}
 			return driverkit.Requests(svcs.Items)
-		})).
+		}), builder.WithPredicates(driverkit.NotCapacityOnly())).
 		// Whether MetalLB serves a Service the addresses of a pool depends on the pool's
 		// spec.serviceAllocation (serves.go): a change of it looks again at the Services of the
 		// pool's addresses; MetalLB's frequent status updates of the pool do not.

@@ -239,6 +239,8 @@ func (w *provisioningWindow) waitFor(claim types.NamespacedName, created time.Ti
 			w.waiting[pf] = q
 		}
 		q.add(claim, created)
+		// The claim's pass came: it is no longer one woken that never came back.
+		delete(q.wokenAt, claim)
 		// A slot may have freed between the claim's read and now.
 		w.releaseLocked(pf)
 	}
@@ -251,7 +253,9 @@ func (w *provisioningWindow) stopWaiting(claim types.NamespacedName) {
 
 // releaseLocked wakes as many of the oldest waiting claims as the pool and family have free
 // slots. They stay queued until their pass takes the slot (grant) or needs none (waitFor), so
-// that no younger claim takes it in between.
+// that no younger claim takes it in between. A claim woken more than expectFor ago whose pass
+// never came is passed over (grant does not wait for it either), and the next ones are woken:
+// its wake time is the first one, not refreshed by every later release, so that it goes stale.
 func (w *provisioningWindow) releaseLocked(pf poolFamily) {
 	q := w.waiting[pf]
 	if q == nil || len(q.order) == 0 || !w.syncedLocked() {
@@ -259,7 +263,7 @@ func (w *provisioningWindow) releaseLocked(pf poolFamily) {
 	}
 	w.expireLocked(pf)
 	free := w.slotsLocked(pf, plan.PoolState{Free: -1}) - len(w.unserved[pf]) - len(w.granted[pf])
-	for _, claim := range q.oldest(free) {
+	for _, claim := range q.oldest(free, w.now().Add(-w.expectFor)) {
 		if w.addWakeLocked(claim) {
 			q.woke(claim, w.now())
 		}
@@ -393,7 +397,7 @@ func (w *provisioningWindow) forward(ctx context.Context, to chan<- ctrlevent.Ty
 // waitQueue is the claims waiting for a slot, oldest (by creation, then name) first.
 type waitQueue struct {
 	at map[types.NamespacedName]time.Time
-	// wokenAt is when each claim was last woken for a slot.
+	// wokenAt is when each claim was first woken for a slot since its pass last came.
 	wokenAt map[types.NamespacedName]time.Time
 	order   []waitEntry
 }
@@ -456,17 +460,29 @@ func (q *waitQueue) ahead(claim types.NamespacedName, created, stale time.Time) 
 	return n
 }
 
-// oldest are the n oldest claims waiting.
-func (q *waitQueue) oldest(n int) []types.NamespacedName {
+// oldest are the n oldest claims waiting, passing over those woken before stale that have not
+// come back since.
+func (q *waitQueue) oldest(n int, stale time.Time) []types.NamespacedName {
 	var out []types.NamespacedName
-	for _, e := range q.order[:min(max(n, 0), len(q.order))] {
+	for _, e := range q.order {
+		if len(out) >= n {
+			break
+		}
+		if at, ok := q.wokenAt[e.claim]; ok && !at.After(stale) {
+			continue
+		}
 		out = append(out, e.claim)
 	}
 	return out
 }
 
+// woke records when a claim was first woken for a slot since its pass last came (waitFor
+// clears it): waking it again does not make it fresh.
 func (q *waitQueue) woke(claim types.NamespacedName, at time.Time) {
-	if _, ok := q.at[claim]; ok {
+	if _, ok := q.at[claim]; !ok {
+		return
+	}
+	if _, ok := q.wokenAt[claim]; !ok {
 		q.wokenAt[claim] = at
 	}
 }

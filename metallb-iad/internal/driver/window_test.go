@@ -179,3 +179,29 @@ func TestWindowGrantsNothingBeforeItsHandlersSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A woken claim that never comes back does not hold the queue for good, even while the passes of
+// other claims keep releasing slots (grant refused, then waitFor): it is woken once, and after
+// expectFor a younger claim gets the slot.
+func TestStaleWokenClaimYieldsItsSlot(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	w := newProvisioningWindow(testDriverNS, 32, time.Minute, func() time.Time { return now })
+	w.forwarding = true
+	w.seePool(windowPool("1", 1), false)
+	pf := poolFamily{pool: "p", fam: ipamv1.IPv4}
+	gone := types.NamespacedName{Namespace: "t", Name: "gone"}
+	w.waitFor(gone, now.Add(-time.Hour), pf) // woken for the free slot; its pass never comes
+	younger := types.NamespacedName{Namespace: "t", Name: "younger"}
+	created := now.Add(-time.Minute)
+	for i := range 30 {
+		if w.grant(pf, "ph-younger", younger, created, plan.PoolState{}) {
+			if now.Sub(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) < time.Minute {
+				t.Fatalf("pass %d: the younger claim took the slot the older one was just woken for", i)
+			}
+			return
+		}
+		w.waitFor(younger, created, pf)
+		now = now.Add(10 * time.Second)
+	}
+	t.Fatal("a claim woken long ago and never back still holds the slot after 5 minutes")
+}

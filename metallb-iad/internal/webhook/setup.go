@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -68,6 +69,27 @@ func (o Options) Server(certs *Certs) (ctrlwebhook.Server, error) {
 	}}), nil
 }
 
+// NamespaceLabels reads the labels of a namespace from cache, and from live when cache does not
+// hold it: a namespace created just before its first Service may not have reached the cache, and
+// taking it for one without labels would leave a Service unparked that a class restricted to
+// labelled namespaces serves (MetalLB could give it a foreign address).
+func NamespaceLabels(cache, live client.Reader) func(ctx context.Context, name string) (map[string]string, error) {
+	return func(ctx context.Context, name string) (map[string]string, error) {
+		for _, r := range []client.Reader{cache, live} {
+			ns := &metav1.PartialObjectMetadata{}
+			ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+			err := r.Get(ctx, client.ObjectKey{Name: name}, ns)
+			if err == nil {
+				return ns.Labels, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+}
+
 // Setup registers the parking webhook, its certificate keeper, the switch of its auto-claim
 // webhook and its readiness check with mgr, whose webhook server is o.Server(certs).
 func Setup(mgr manager.Manager, certs *Certs) error {
@@ -89,14 +111,7 @@ func Setup(mgr manager.Manager, certs *Certs) error {
 			}
 			return list.Items, nil
 		},
-		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
-			ns := &metav1.PartialObjectMetadata{}
-			ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-			if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); client.IgnoreNotFound(err) != nil {
-				return nil, err
-			}
-			return ns.Labels, nil
-		},
+		NamespaceLabels: NamespaceLabels(c, mgr.GetAPIReader()),
 	}})
 	started := mgr.GetWebhookServer().StartedChecker()
 	return mgr.AddReadyzCheck("parking-webhook", func(req *http.Request) error {

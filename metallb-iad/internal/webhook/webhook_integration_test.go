@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -261,6 +262,12 @@ func TestParkingWebhookOnARealAPIServer(t *testing.T) {
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}},
 	} {
 		if err := c.Create(ctx, cls); err != nil {
+			t.Fatal(err)
+		}
+		// Their drivers accept them (no driver runs here): parking uses a marked class only then.
+		meta.SetStatusCondition(&cls.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionAccepted, Status: metav1.ConditionTrue,
+			Reason: "Accepted", Message: "the test plays the driver"})
+		if err := c.Status().Update(ctx, cls); err != nil {
 			t.Fatal(err)
 		}
 	}

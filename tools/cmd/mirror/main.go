@@ -82,7 +82,10 @@ type failure struct{ error }
 func run(ctx context.Context, args []string, s streams) int {
 	root := newRoot(s)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	err := singleDashFlag(root, args)
+	if err == nil {
+		err = root.ExecuteContext(ctx)
+	}
 	if err == nil {
 		return 0
 	}
@@ -116,6 +119,34 @@ func newRoot(s streams) *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(copyCmd(s), saveCmd(s), loadCmd(s), platformsCmd(s))
 	return root
+}
+
+// singleDashFlag refuses a long flag written with one dash (-to, -archive=FILE, -help), which
+// earlier builds took: pflag reads it as a run of shorthands and fails on the second letter
+// ("unknown shorthand flag: 'e' in -elp"), which names neither the flag nor the fix. Arguments
+// after "--" are left alone.
+func singleDashFlag(root *cobra.Command, args []string) error {
+	long := map[string]bool{"help": true}
+	for _, c := range append([]*cobra.Command{root}, root.Commands()...) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { long[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { long[f.Name] = true })
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		switch {
+		case name == "creds":
+			return errors.New(credsMigration)
+		case long[name]:
+			return fmt.Errorf("unknown shorthand flag: %q in %s (long flags take two dashes: --%s)", a[1], a, name)
+		}
+	}
+	return nil
 }
 
 var singleDash = regexp.MustCompile(`(?:^|\s)(--?)([a-z][a-z-]+)(?:\s|$|=)`)

@@ -192,6 +192,11 @@ func TestEachCommandTakesItsOwnFlags(t *testing.T) {
 		{[]string{"platforms"}, "requires at least 1 arg"},
 		{[]string{"push"}, `unknown command "push"`},
 		{[]string{"copy", "-to", "mirror.example/x", "a=b"}, "long flags take two dashes: --to"},
+		{[]string{"copy", "-to=mirror.example/x", "a=b"}, "long flags take two dashes: --to"},
+		{[]string{"save", "-archive", archive}, "long flags take two dashes: --archive"},
+		{[]string{"-help"}, "long flags take two dashes: --help"},
+		{[]string{"copy", "-help"}, "long flags take two dashes: --help"},
+		{[]string{"load", "-keep-path"}, "long flags take two dashes: --keep-path"},
 	} {
 		code, stdout, stderr := mirrorRun(t, "", nil, tc.args...)
 		if code != 2 || stdout != "" || !strings.Contains(stderr, tc.wants) {

@@ -4,12 +4,15 @@
 package autoclaim
 
 import (
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	ipamv1 "github.com/cozystack/reserved-ips/address-controller/api/v1alpha1"
+	"github.com/cozystack/reserved-ips/address-controller/pkg/sdk/driverkit"
 )
 
 // MetalLBAnnotations are MetalLB's annotations (and their deprecated twins): a Service carrying
@@ -84,4 +87,56 @@ func hasLabel(svc *corev1.Service, key string) bool {
 func HadAddressBefore(svc *corev1.Service, enabledAt time.Time) bool {
 	return len(svc.Status.LoadBalancer.Ingress) > 0 && !enabledAt.IsZero() &&
 		svc.CreationTimestamp.Unix() <= enabledAt.Unix()
+}
+
+// Accepted: the class's driver has accepted it (condition Accepted True). A driver writes that
+// condition and status.servedNamespaces together: before it, which namespaces the class serves is
+// not known, and auto-claim and parking do not use the class as the auto-claim class.
+func Accepted(class *ipamv1.IPAddressClass) bool {
+	return meta.IsStatusConditionTrue(class.Status.Conditions, ipamv1.ConditionAccepted)
+}
+
+// PickClass returns the class auto-claim takes a Service's claim from when the Service names no
+// class: of the classes marked is-auto-claim-class, accepted by their driver (Accepted), not
+// being deleted, that serve the Service's
+// namespace (driverkit.RefusesNamespace; nsLabels are the namespace's labels), the newest, then
+// the lowest name (as Kubernetes picks a default StorageClass). It also returns the names of the
+// other marked classes that serve the namespace. A marked class that refuses the namespace does
+// not hide an older one that serves it: the admission rules park a Service when any marked class
+// of their driver serves its namespace, and a parked Service must get a claim.
+func PickClass(classes []ipamv1.IPAddressClass, namespace string, nsLabels map[string]string) (*ipamv1.IPAddressClass, []string) {
+	var serving []*ipamv1.IPAddressClass
+	for i := range classes {
+		c := &classes[i]
+		if c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" && Accepted(c) &&
+			driverkit.RefusesNamespace(c, namespace, nsLabels) == driverkit.NamespaceAdmitted {
+			serving = append(serving, c)
+		}
+	}
+	if len(serving) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(serving, func(a, b *ipamv1.IPAddressClass) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var others []string
+	for _, c := range serving[1:] {
+		others = append(others, c.Name)
+	}
+	return serving[0], others
+}
+
+// NeedsNamespaceLabels: some marked class restricts the namespaces it serves, so that PickClass
+// needs the labels of the Service's namespace.
+func NeedsNamespaceLabels(classes []ipamv1.IPAddressClass) bool {
+	for i := range classes {
+		c := &classes[i]
+		if c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" && (c.Spec.NamespaceSelector != nil || c.Status.ServedNamespaces != nil) {
+			return true
+		}
+	}
+	return false
 }
