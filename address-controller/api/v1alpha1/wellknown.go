@@ -53,10 +53,6 @@ const (
 	// ConditionReady on a claim: the same verdict as Bound, under the type generic tools wait
 	// for (kubectl wait --for=condition=Ready, kstatus).
 	ConditionReady = "Ready"
-	// ConditionStalled on a claim: True (with the Bound condition's reason) while the claim
-	// waits for something only a person can do; absent otherwise. kstatus reads it as Failed
-	// rather than InProgress.
-	ConditionStalled = "Stalled"
 	// ConditionConflict on an address (driver): something else holds the IP.
 	ConditionConflict = "Conflict"
 	// ConditionLost on an address (driver): the IP can no longer be held.

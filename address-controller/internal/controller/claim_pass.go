@@ -495,30 +495,9 @@ func claimStatus(claim *ipamv1.IPAddressClaim, className string, kept map[ipamv1
 			ObservedGeneration: claim.Generation,
 		})
 	}
-	if stalls(out.reason) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: ipamv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: out.reason, Message: out.message,
-			ObservedGeneration: claim.Generation,
-		})
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, ipamv1.ConditionStalled)
-	}
 	st.ObservedGeneration = claim.Generation
 	st.UsedBy = claimUsers(claim, kept)
 	return st
-}
-
-// stalls: a claim Pending or Lost for this reason waits for a person (an admin creates the class
-// or the address, accepts the class, opens it to the namespace; the claim's author picks another
-// class, family or address), not for a driver or for room under a limit that other claims free.
-// Ready=False alone reads to kstatus as InProgress forever: Stalled says it will not progress.
-func stalls(reason string) bool {
-	switch reason {
-	case ipamv1.ReasonAddressLost, ipamv1.ReasonClassNotFound, ipamv1.ReasonNoDefaultClass, ipamv1.ReasonClassNotAccepted,
-		ipamv1.ReasonAddressNotFound, ipamv1.ReasonAddressUnusable, ipamv1.ReasonNamespaceNotAllowed, ipamv1.ReasonFamilyNotServed:
-		return true
-	}
-	return false
 }
 
 // claimUsers lists the objects the driver reports the claim's kept addresses attached to, once
