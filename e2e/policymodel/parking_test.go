@@ -242,14 +242,11 @@ func TestParkingWithSeveralMarkedClasses(t *testing.T) {
 		{"another driver's older class that serves the namespace",
 			[]map[string]any{class("other", "other.drivers.example.com", older, nil), class("gold", policycel.Provisioner, newer, gold)},
 			nil, "other", false},
-		// A class its driver has not accepted yet is not the auto-claim class (which namespaces
-		// it serves is not known yet).
+		// Whether its driver has accepted a class yet does not change the pick: parking and the
+		// core agree either way.
 		{"a newer class not accepted yet",
 			[]map[string]any{class("all", policycel.Provisioner, older, nil), unaccepted(class("late", policycel.Provisioner, newer, nil))},
-			nil, "all", true},
-		{"the only class not accepted yet",
-			[]map[string]any{unaccepted(class("late", policycel.Provisioner, newer, nil))},
-			nil, "", false},
+			nil, "late", true},
 		// The policies see one class at a time: the Service stays parked while its claim is of
 		// the other driver's class (never a MetalLB address it does not own).
 		{"another driver's newer class that serves the namespace too",

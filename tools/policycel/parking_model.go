@@ -57,24 +57,11 @@ func ParkingRule(req ParkRequest) string {
 			continue
 		}
 		marks, _ := cmd["annotations"].(map[string]any)
-		if (named != "" && cmd["name"] == named || named == "" && marks[AnnotationAutoClaimClass] == "true" && accepted(c)) && servesNamespace(c, req.namespaceObject()) {
+		if (named != "" && cmd["name"] == named || named == "" && marks[AnnotationAutoClaimClass] == "true") && servesNamespace(c, req.namespaceObject()) {
 			return ParkAutoClaimedPolicy + "/" + str(cmd["name"])
 		}
 	}
 	return ""
-}
-
-// accepted: the class's driver has accepted it (a condition Accepted with status True). Until
-// then auto-claim does not use it as the auto-claim class.
-func accepted(class map[string]any) bool {
-	st, _ := class["status"].(map[string]any)
-	conds, _ := st["conditions"].([]any)
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Accepted" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }
 
 func hasIngress(obj map[string]any) bool {

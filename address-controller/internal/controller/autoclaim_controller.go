@@ -224,6 +224,12 @@ func (r *AutoClaimReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{}, err
 	}
 	className, class, wait, err := r.classFor(ctx, &svc)
+	if err == nil && className == "" && wait == 0 && autoclaim.Parked(&svc) {
+		// Parked by admission rules that read the classes and the namespace from the apiserver,
+		// while this cache does not show yet the class that serves it: look again, backing off,
+		// rather than wait on a class or namespace event alone.
+		wait = recheckAfter(r.now().Sub(svc.CreationTimestamp.Time))
+	}
 	if err != nil || className == "" {
 		return reconcile.Result{RequeueAfter: wait}, err
 	}

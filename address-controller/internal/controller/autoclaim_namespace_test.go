@@ -96,37 +96,3 @@ func setNamespaceLabels(t *testing.T, name string, labels map[string]string) {
 		t.Fatal(err)
 	}
 }
-
-// unacceptedDriver names a driver that never runs here: newClass does not play it, so its
-// classes stay without the Accepted condition until a test reports it.
-const unacceptedDriver = "late.drivers.example.org"
-
-// A marked class its driver has not accepted yet (no Accepted condition, and so no
-// servedNamespaces either: the driver writes them together) is not used for auto-claim: until it
-// is, the core does not know which namespaces the class serves. Its acceptance wakes the Services.
-func TestAutoClaimWaitsForTheDriverToAcceptTheClass(t *testing.T) {
-	ns := newNamespace(t)
-	cls := newClass(t, "ac-not-accepted", unacceptedDriver, func(c *ipamv1.IPAddressClass) {
-		c.Annotations = map[string]string{ipamv1.AnnotationAutoClaimClass: "true"}
-	})
-	t.Cleanup(func() { del(t, cls) })
-	eventually(t, "the class's auto-claim stamp", func() (bool, error) {
-		var c ipamv1.IPAddressClass
-		err := admin.Get(context.Background(), client.ObjectKeyFromObject(cls), &c)
-		return err == nil && c.Annotations[ipamv1.AnnotationAutoClaimEnabledAt] != "", err
-	})
-	before := reconciles(t, "autoclaim")
-	svc := lbService(ns, "early", nil)
-	create(t, svc)
-	t.Cleanup(func() { del(t, svc) })
-	eventually(t, "a pass over the Service", func() (bool, error) { return reconciles(t, "autoclaim") > before, nil })
-	consistently(t, "no claim from a class its driver has not accepted", time.Second, func() (bool, error) {
-		var c ipamv1.IPAddressClaim
-		err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "early"}, &c)
-		return err != nil, client.IgnoreNotFound(err)
-	})
-	reportAsDriver(t, cls.Name, func(*ipamv1.IPAddressClassStatus) {})
-	if got := autoClaimClassOf(t, ns, "early"); got != cls.Name {
-		t.Fatalf("the auto-claim uses class %q, want %q", got, cls.Name)
-	}
-}

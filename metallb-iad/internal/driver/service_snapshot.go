@@ -252,9 +252,17 @@ func (d *Driver) parkingWanted(ctx context.Context, svc *corev1.Service, linked 
 	}
 	var nsLabels map[string]string
 	if parking.NeedsNamespaceLabels(classes.Items) {
+		// A namespace made just before its first Service may not be in the cache yet: taken for
+		// one without labels, a Service the admission rules parked (they read the namespace
+		// from the apiserver) would be unparked here, and MetalLB could serve it an address of
+		// another pool. A miss is read from the apiserver.
 		ns := &metav1.PartialObjectMetadata{}
 		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-		if err := d.client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+		err := d.client.Get(ctx, types.NamespacedName{Name: svc.Namespace}, ns)
+		if apierrors.IsNotFound(err) {
+			err = d.reader.Get(ctx, types.NamespacedName{Name: svc.Namespace}, ns)
+		}
+		if client.IgnoreNotFound(err) != nil {
 			return false, err
 		}
 		nsLabels = ns.Labels

@@ -63,8 +63,7 @@ const (
 //     address its own way, or is parked or pinned already);
 //   - a Service that names a claim, on every create and update;
 //   - otherwise a Service auto-claim serves from a class of this driver (the one its
-//     ip-address-class annotation names, else a class marked as the auto-claim class that the
-//     driver has accepted, autoclaim.Accepted; a class
+//     ip-address-class annotation names, else a class marked as the auto-claim class; a class
 //     being deleted serves none, nor a class that does not serve the Service's namespace: its
 //     namespaceSelector, or the namespaces its driver reports, leave it out), unless it is being deleted, opted out of auto-claim, is a
 //     driver's own Service, or, on an update, shows an address in the object written or the one
@@ -101,7 +100,7 @@ func Decide(req Request) string {
 		if c.Spec.Provisioner != Provisioner || c.DeletionTimestamp != nil {
 			continue
 		}
-		if (named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" && autoclaim.Accepted(c)) &&
+		if (named != "" && c.Name == named || named == "" && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
 			ServesNamespace(c, svc.Namespace, req.NamespaceLabels) {
 			return AutoClaimedFrom + "/" + c.Name
 		}

@@ -89,16 +89,13 @@ func HadAddressBefore(svc *corev1.Service, enabledAt time.Time) bool {
 		svc.CreationTimestamp.Unix() <= enabledAt.Unix()
 }
 
-// Accepted: the class's driver has accepted it (condition Accepted True). A driver writes that
-// condition and status.servedNamespaces together: before it, which namespaces the class serves is
-// not known, and auto-claim and parking do not use the class as the auto-claim class.
+// Accepted: the class's driver has accepted it (condition Accepted True).
 func Accepted(class *ipamv1.IPAddressClass) bool {
 	return meta.IsStatusConditionTrue(class.Status.Conditions, ipamv1.ConditionAccepted)
 }
 
 // PickClass returns the class auto-claim takes a Service's claim from when the Service names no
-// class: of the classes marked is-auto-claim-class, accepted by their driver (Accepted), not
-// being deleted, that serve the Service's
+// class: of the classes marked is-auto-claim-class, not being deleted, that serve the Service's
 // namespace (driverkit.RefusesNamespace; nsLabels are the namespace's labels), the newest, then
 // the lowest name (as Kubernetes picks a default StorageClass). It also returns the names of the
 // other marked classes that serve the namespace. A marked class that refuses the namespace does
@@ -108,7 +105,7 @@ func PickClass(classes []ipamv1.IPAddressClass, namespace string, nsLabels map[s
 	var serving []*ipamv1.IPAddressClass
 	for i := range classes {
 		c := &classes[i]
-		if c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" && Accepted(c) &&
+		if c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" &&
 			driverkit.RefusesNamespace(c, namespace, nsLabels) == driverkit.NamespaceAdmitted {
 			serving = append(serving, c)
 		}

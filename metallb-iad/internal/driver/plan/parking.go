@@ -70,9 +70,8 @@ func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass, nsLabe
 			continue
 		}
 		// A class the Service names serves it even while being deleted (the core claims from
-		// it); a marked class being deleted, or not accepted yet, is not picked for auto-claim.
-		if (named != "" && c.Name == named || named == "" && c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true" &&
-			autoclaim.Accepted(c)) &&
+		// it); a marked class being deleted is no longer picked for auto-claim.
+		if (named != "" && c.Name == named || named == "" && c.DeletionTimestamp == nil && c.Annotations[ipamv1.AnnotationAutoClaimClass] == "true") &&
 			parking.ServesNamespace(c, svc.Namespace, nsLabels) {
 			return true
 		}

@@ -68,7 +68,7 @@ func TestParkingWanted(t *testing.T) {
 		{"shows the address this driver is releasing", lb(map[string]string{AnnotationReleasing: "198.51.100.7"}, withAddress), false, []ipamv1.IPAddressClass{oursAuto}, true},
 		{"auto-claimed and pinned by this driver, its claim just deleted (the unpin parks it)", pinned(lb(map[string]string{ipamv1.AnnotationServiceClass: "ours"}, withAddress), "198.51.100.7"), false, []ipamv1.IPAddressClass{ours}, true},
 		{"no class named, the only marked class of this driver is being deleted", lb(nil), false, []ipamv1.IPAddressClass{deleting(oursAuto)}, false},
-		{"no class named, the only marked class of this driver not accepted yet", lb(nil), false, []ipamv1.IPAddressClass{notAccepted}, false},
+		{"no class named, the only marked class of this driver not accepted yet", lb(nil), false, []ipamv1.IPAddressClass{notAccepted}, true},
 		{"names its class, being deleted: the core still claims from it", lb(map[string]string{ipamv1.AnnotationServiceClass: "ours"}), false, []ipamv1.IPAddressClass{deleting(ours)}, true},
 		{"pinned by this driver", pinned(lb(map[string]string{ipamv1.AnnotationServiceClaim: "c"}, withAddress), "198.51.100.7"), true, nil, true},
 		{"an admin's pin", lb(map[string]string{ipamv1.AnnotationServiceClaim: "c", metallb.AnnotationLoadBalancerIPs: "198.51.100.7"}), true, nil, false},
