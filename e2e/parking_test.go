@@ -39,7 +39,12 @@ func TestParkedServiceGetsNoAddressFromAnAutoAssignPool(t *testing.T) {
 				var l corev1.ServiceList
 				return true, alice.List(ctx, &l, client.InNamespace(ns))
 			})
-			newPool(ctx, t, admin, "e2e-parking-auto", nil, "198.51.100.240/30")
+			// The pool serves this test's namespace only: MetalLB hands a new autoAssign pool's
+			// addresses to every LoadBalancer Service without one, and Services earlier tests
+			// left behind would take all four.
+			autoPool := newPoolObject("e2e-parking-auto", nil, "198.51.100.240/30")
+			autoPool.Object["spec"].(map[string]any)["serviceAllocation"] = map[string]any{"namespaces": []any{ns}}
+			createPool(ctx, t, admin, autoPool)
 			poolLive(ctx, t, admin, ns, "198.51.100.240/30")
 
 			parked := lbService(ns, "parked", map[string]string{claimAnnotation: "not-there"}, false)
