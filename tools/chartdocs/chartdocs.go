@@ -49,13 +49,26 @@ func Render(dir string) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("helm-docs on %s: %w\n%s", dir, err, stderr.String())
 	}
-	if msg := strings.TrimSpace(stderr.String()); msg != "" {
+	if msg := warnings(stderr.String()); msg != "" {
 		return "", fmt.Errorf("helm-docs on %s:\n%s", dir, msg)
 	}
 	if stdout.Len() == 0 {
 		return "", fmt.Errorf("helm-docs rendered nothing for %s", dir)
 	}
 	return stdout.String(), nil
+}
+
+// warnings is what helm-docs said on stderr, without the go command's own progress lines
+// ("go: downloading ..." while the module cache is cold), which say nothing about the chart.
+func warnings(stderr string) string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "go: downloading ") || strings.TrimSpace(l) == "" {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // findPin walks up from dir to the repository's root, the folder holding Pin.

@@ -105,3 +105,14 @@ func TestUndocumentedValueIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// On a cold module cache the go command reports its downloads on stderr before helm-docs runs:
+// not a warning about the chart.
+func TestWarningsLeaveOutTheGoCommandsDownloads(t *testing.T) {
+	if got := warnings("go: downloading github.com/norwoodj/helm-docs v1.14.2\ngo: downloading golang.org/x/text v0.14.0\n"); got != "" {
+		t.Fatalf("downloads taken for warnings: %q", got)
+	}
+	if got := warnings("go: downloading x v1\nlevel=warning msg=\"unknown key\"\n"); got != `level=warning msg="unknown key"` {
+		t.Fatalf("got %q", got)
+	}
+}
