@@ -32,6 +32,10 @@ import (
 // writes of one labelled LoadBalancer Service (in a namespace of its own, from a pool of its own),
 // so every pass of MetalLB's after its restart ends in a retry until the policy is removed.
 //
+// The scenes' Services use the holds' port (unshareable): a Service that can share its IP with the
+// hold is attached without deleting it, and its detach leaves the IP held, so neither leaves a
+// deleted holder in MetalLB's memory.
+//
 // On MetalLB built with the project's patches (metallb_build_test.go) the same scenes show that
 // the answer is never needed: MetalLB handles the deletions in that window, and the driver
 // releases nothing and reports nothing.
@@ -50,7 +54,7 @@ func TestDriverReleasesAStaleAllocationForAHold(t *testing.T) {
 			// The hold was created with the claim; a Service of its name created from here on
 			// is a release Service.
 			attached := time.Now()
-			svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
+			svc := unshareable(lbServiceFor(s.ns, "kept", ipamv1.IPv4))
 			if err := c.Create(ctx, svc); err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +116,7 @@ func TestDriverReleasesAStaleAllocationForAService(t *testing.T) {
 				t.Fatal(err)
 			}
 			attached := time.Now()
-			if err := c.Create(ctx, lbServiceFor(s.ns, "kept", ipamv1.IPv4)); err != nil {
+			if err := c.Create(ctx, unshareable(lbServiceFor(s.ns, "kept", ipamv1.IPv4))); err != nil {
 				t.Fatal(err)
 			}
 			waitGone(ctx, t, c, hold)
@@ -178,7 +182,7 @@ func TestDriverReportsAnAllocationMetalLBKeptForADeletedTenantService(t *testing
 		Assess("is reported while another Service attached to the claim waits, which is served after the restart", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := ipamClient(t)
 			s := newStaleScene(ctx, t, c, "next", "203.0.113.92/30", "203.0.113.96/30")
-			next := lbService(s.ns, "next", map[string]string{claimAnnotation: "kept"}, false)
+			next := unshareable(lbService(s.ns, "next", map[string]string{claimAnnotation: "kept"}, false))
 			s.keptForDeletedService(ctx, t, next)
 			waitIngress(ctx, t, c, s.ns, "next", []string{s.ip})
 			s.checkSettled(ctx, t)
@@ -194,7 +198,7 @@ func TestDriverReportsAnAllocationMetalLBKeptForADeletedTenantService(t *testing
 func (s *staleScene) keptForDeletedService(ctx context.Context, t *testing.T, next *corev1.Service) {
 	t.Helper()
 	c := s.c
-	svc := lbServiceFor(s.ns, "kept", ipamv1.IPv4)
+	svc := unshareable(lbServiceFor(s.ns, "kept", ipamv1.IPv4))
 	if err := c.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -521,6 +525,14 @@ func (s *staleScene) notRefusedInLog(t *testing.T, offset int64, name string, de
 			t.Errorf("MetalLB refused %s for %s: %s", key, holder, line)
 		}
 	}
+}
+
+// unshareable gives a Service the port the driver's holds use (TCP/1), so that it cannot share its
+// IP with a hold: it gets the hand-over that deletes the hold first, which is the one MetalLB's
+// restart window can leave an allocation behind from.
+func unshareable(svc *corev1.Service) *corev1.Service {
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "hold-port", Port: 1, Protocol: corev1.ProtocolTCP})
+	return svc
 }
 
 // holdOf is the placeholder that holds the address.

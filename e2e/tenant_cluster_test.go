@@ -476,8 +476,7 @@ func (r *tenantRun) judge() {
 // max), and the time EnsureLoadBalancer took to return it (the provider looks every 5 s). Each
 // host Service must end with its claim's address, and EnsureLoadBalancer return that address
 // or the poll's timeout; the host Services served only after the poll gave up are reported
-// (their guests would never show the address), and fail the test with
-// E2E_TENANT_CLUSTER_STRICT set.
+// (their guests would never show the address), and fail the test.
 func (r *tenantRun) load() {
 	t, c, ctx := r.t, r.c, r.ctx
 	n := 60
@@ -601,15 +600,8 @@ func (r *tenantRun) load() {
 		return
 	}
 	// What a guest Service would never have seen: the host Services whose address came after
-	// the provider's 60 s poll, with what the host shows about them. (A burst that mixes
-	// attaches and new claims of one class can make MetalLB refuse an attached Service while a
-	// placeholder of the driver takes its IP; the driver then serves it only about a minute
-	// later.)
-	report := t.Logf
-	if os.Getenv("E2E_TENANT_CLUSTER_STRICT") != "" {
-		report = t.Errorf
-	}
-	report("load: %d of %d host Services got their claim's address only after the provider's 60 s poll had given up", len(late), n)
+	// the provider's 60 s poll, with what the host shows about them.
+	t.Errorf("load: %d of %d host Services got their claim's address only after the provider's 60 s poll had given up", len(late), n)
 	var evs corev1.EventList
 	_ = c.List(ctx, &evs, client.InNamespace(r.ns))
 	for _, name := range late {

@@ -983,7 +983,7 @@ func (r *runner) check(ctx context.Context, phases []string) ([]string, error) {
 	var got []ServiceIPs
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
-		got = append(got, ServiceIPs{Key: s.Namespace + "/" + s.Name, IPs: ingressIPs(s)})
+		got = append(got, ServiceIPs{Key: s.Namespace + "/" + s.Name, IPs: ingressIPs(s), SharingKey: s.Annotations["metallb.io/allow-shared-ip"]})
 	}
 	want := Expectations{Attached: map[string][]string{}, Claims: map[string][]string{}}
 	for j := range r.cfg.N {

@@ -272,6 +272,24 @@ func TestCheck(t *testing.T) {
 			problems: []string{"IP 198.19.0.0 is on 2 Services: bench/attach-00000, cozy-metallb-iad/placeholder"},
 		},
 		{
+			name: "an attached Service and its hold share the IP under the claim's key",
+			services: []ServiceIPs{
+				{Key: "bench/attach-00000", IPs: []string{"198.19.0.0"}, SharingKey: driverKeyPrefix + "uid"},
+				{Key: "cozy-metallb-iad/hold-ip-198-19-0-0", IPs: []string{"198.19.0.0"}, SharingKey: driverKeyPrefix + "uid"},
+			},
+			want: Expectations{Attached: map[string][]string{"bench/attach-00000": {"198.19.0.0"}}},
+		},
+		{
+			name: "two Services under another key, or under two keys of the driver",
+			services: []ServiceIPs{
+				{Key: "bench/a", IPs: []string{"198.19.0.1"}, SharingKey: "mine"},
+				{Key: "bench/b", IPs: []string{"198.19.0.1"}, SharingKey: "mine"},
+				{Key: "bench/c", IPs: []string{"198.19.0.2"}, SharingKey: driverKeyPrefix + "x"},
+				{Key: "bench/d", IPs: []string{"198.19.0.2"}, SharingKey: driverKeyPrefix + "y"},
+			},
+			problems: []string{"IP 198.19.0.1 is on 2 Services: bench/a, bench/b", "IP 198.19.0.2 is on 2 Services: bench/c, bench/d"},
+		},
+		{
 			name: "attached Service shows another address, or none, or more",
 			services: []ServiceIPs{
 				{Key: "bench/a", IPs: []string{"198.18.0.9"}},

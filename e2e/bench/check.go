@@ -11,7 +11,13 @@ import (
 type ServiceIPs struct {
 	Key string // namespace/name
 	IPs []string
+	// SharingKey is its metallb.io/allow-shared-ip annotation.
+	SharingKey string
 }
+
+// driverKeyPrefix starts the MetalLB sharing keys of the driver: a Service attached to a claim
+// shares its IP with the address's hold under the claim's key.
+const driverKeyPrefix = "metallb.drivers.local.sdn.cozystack.io/"
 
 // Expectations say what the cluster must show once the benchmark is done.
 type Expectations struct {
@@ -26,18 +32,24 @@ type Expectations struct {
 
 // Check compares the cluster's Services (every namespace) with the expectations and returns
 // every problem found, sorted; none means the run was correct. Beyond the expectations, no IP
-// may be on two Services.
+// may be on two Services, but for two that share it under one sharing key of the driver (an
+// attached Service and its address's hold).
 func Check(services []ServiceIPs, want Expectations) []string {
 	var problems []string
 	byKey := map[string][]string{}
 	holders := map[string][]string{}
+	sharingKeys := map[string][]string{} // ip → the sharing keys of its Services
 	for _, s := range services {
 		byKey[s.Key] = s.IPs
 		for _, ip := range s.IPs {
 			holders[ip] = append(holders[ip], s.Key)
+			sharingKeys[ip] = append(sharingKeys[ip], s.SharingKey)
 		}
 	}
 	for ip, keys := range holders {
+		if k := slices.Compact(slices.Sorted(slices.Values(sharingKeys[ip]))); len(keys) == 2 && len(k) == 1 && strings.HasPrefix(k[0], driverKeyPrefix) {
+			continue // an attached Service and its address's hold
+		}
 		if len(keys) > 1 {
 			sort.Strings(keys)
 			problems = append(problems, fmt.Sprintf("IP %s is on %d Services: %s", ip, len(keys), strings.Join(keys, ", ")))

@@ -239,6 +239,12 @@ func Check(snap Snapshot) []Violation {
 		for _, s := range holders {
 			descs = append(descs, DescribeService(s))
 		}
+		if att := a.Status.AttachedTo; att != nil {
+			// The attached Service shares the IP with the address's hold, which stays.
+			holders = slices.DeleteFunc(slices.Clone(holders), func(s *corev1.Service) bool {
+				return s.Namespace == driverNamespace && s.Labels[labelAddress] == a.Name && sharesWith(s, services[att.UID])
+			})
+		}
 		if len(holders) != 1 {
 			add(InvHeldOnce, fmt.Sprintf("reserved IP served by %d Services", len(holders)), append([]string{DescribeAddress(a)}, descs...)...)
 			continue
@@ -287,8 +293,8 @@ func Check(snap Snapshot) []Violation {
 			add(InvNoOrphanHold, "provisioning placeholder left over although every claim settled", DescribeService(s))
 		case a == nil:
 			add(InvNoOrphanHold, "hold placeholder for an IPAddress that does not exist", DescribeService(s))
-		case a.Status.AttachedTo != nil:
-			add(InvNoOrphanHold, "hold placeholder for an address attached to a Service", DescribeService(s), DescribeAddress(a))
+		case a.Status.AttachedTo != nil && !sharesWith(s, services[a.Status.AttachedTo.UID]):
+			add(InvNoOrphanHold, "hold placeholder for an address attached to a Service it does not share the IP with", DescribeService(s), DescribeAddress(a))
 		case a.DeletionTimestamp != nil && liveClaimOf(a) == nil:
 			add(InvNoOrphanHold, "hold placeholder for an address being deleted", DescribeService(s), DescribeAddress(a))
 		default:
@@ -354,6 +360,8 @@ const (
 	poolAnnotation  = "metallb.io/address-pool"
 	pinnedMarker    = "metallb.drivers.local.sdn.cozystack.io/pinned"
 	labelAddress    = "metallb.drivers.local.sdn.cozystack.io/address"
+	allowSharedIP   = "metallb.io/allow-shared-ip"
+	sharingPrefix   = "metallb.drivers.local.sdn.cozystack.io/"
 	driverNamespace = DriverNamespace
 )
 
@@ -378,4 +386,14 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// sharesWith: a hold and the attached Service carry the same sharing key of the driver's, under
+// which they share the IP.
+func sharesWith(hold, attached *corev1.Service) bool {
+	if hold == nil || attached == nil {
+		return false
+	}
+	k := hold.Annotations[allowSharedIP]
+	return len(k) > len(sharingPrefix) && strings.HasPrefix(k, sharingPrefix) && attached.Annotations[allowSharedIP] == k
 }

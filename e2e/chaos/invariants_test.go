@@ -31,13 +31,6 @@ func settled() Snapshot {
 		}
 		return a
 	}
-	svc := func(ns, name string, ips []string, ann, labels map[string]string) corev1.Service {
-		s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-svc-x" + name), Annotations: ann, Labels: labels}}
-		for _, ip := range ips {
-			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
-		}
-		return s
-	}
 	a := address("198.18.10.130", "retain", ipamv1.ReclaimRetain, "a")
 	a.Status.AttachedTo = &ipamv1.AttachmentReference{Kind: "Service", Namespace: "t", Name: "web", UID: "uid-svc-xweb"}
 	b := address("198.18.20.130", "delete", ipamv1.ReclaimDelete, "b")
@@ -51,11 +44,20 @@ func settled() Snapshot {
 		Claims:  []ipamv1.IPAddressClaim{claim("a", "retain", "198.18.10.130"), claim("b", "delete", "198.18.20.130")},
 		Address: []ipamv1.IPAddress{a, b, free},
 		Services: []corev1.Service{
-			svc("t", "web", []string{"198.18.10.130"}, map[string]string{claimAnnotation: "a", pinnedMarker: "true"}, nil),
-			svc(DriverNamespace, "hold-b", []string{"198.18.20.130"}, nil, map[string]string{labelAddress: b.Name}),
-			svc(DriverNamespace, "hold-free", []string{"198.18.10.131"}, nil, map[string]string{labelAddress: free.Name}),
+			snapSvc("t", "web", []string{"198.18.10.130"}, map[string]string{claimAnnotation: "a", pinnedMarker: "true"}, nil),
+			snapSvc(DriverNamespace, "hold-b", []string{"198.18.20.130"}, nil, map[string]string{labelAddress: b.Name}),
+			snapSvc(DriverNamespace, "hold-free", []string{"198.18.10.131"}, nil, map[string]string{labelAddress: free.Name}),
 		},
 	}
+}
+
+// snapSvc is a Service of a snapshot showing ips.
+func snapSvc(ns, name string, ips []string, ann, labels map[string]string) corev1.Service {
+	s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-svc-x" + name), Annotations: ann, Labels: labels}}
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
 }
 
 func invariants(v []Violation) []string {
@@ -85,6 +87,25 @@ func TestCheck(t *testing.T) {
 			s.Services[2].Status.LoadBalancer.Ingress = append(s.Services[2].Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: "198.18.10.130"})
 		}, []string{InvHeldOnce}},
 		{"a placeholder without its address", func(s *Snapshot) { s.Address = s.Address[:2] }, []string{InvNoOrphanHold}},
+		{"an attached Service shares its IP with its hold, both keyed", func(s *Snapshot) {
+			s.Services[0].Annotations[allowSharedIP] = sharingPrefix + "uid-claim-a"
+			s.Services = append(s.Services, snapSvc(DriverNamespace, "hold-a", []string{"198.18.10.130"},
+				map[string]string{allowSharedIP: sharingPrefix + "uid-claim-a"}, map[string]string{labelAddress: s.Address[0].Name}))
+		}, nil},
+		{"a hold beside an attached Service without the key", func(s *Snapshot) {
+			s.Services = append(s.Services, snapSvc(DriverNamespace, "hold-a", []string{"198.18.10.130"},
+				map[string]string{allowSharedIP: sharingPrefix + "uid-claim-a"}, map[string]string{labelAddress: s.Address[0].Name}))
+		}, []string{InvHeldOnce, InvNoOrphanHold}},
+		{"a hold with another claim's key beside a keyed attached Service", func(s *Snapshot) {
+			s.Services[0].Annotations[allowSharedIP] = sharingPrefix + "uid-claim-a"
+			s.Services = append(s.Services, snapSvc(DriverNamespace, "hold-a", []string{"198.18.10.130"},
+				map[string]string{allowSharedIP: sharingPrefix + "uid-claim-b"}, map[string]string{labelAddress: s.Address[0].Name}))
+		}, []string{InvHeldOnce, InvNoOrphanHold}},
+		{"a hold without the key beside a keyed attached Service", func(s *Snapshot) {
+			s.Services[0].Annotations[allowSharedIP] = sharingPrefix + "uid-claim-a"
+			s.Services = append(s.Services, snapSvc(DriverNamespace, "hold-a", []string{"198.18.10.130"},
+				nil, map[string]string{labelAddress: s.Address[0].Name}))
+		}, []string{InvHeldOnce, InvNoOrphanHold}},
 		{"a Delete address outlives its claim", func(s *Snapshot) { s.Claims = s.Claims[:1] }, []string{InvReclaim}},
 		{"a Service linked to a Bound claim shows nothing", func(s *Snapshot) { s.Services[0].Status.LoadBalancer.Ingress = nil },
 			[]string{InvHeldOnce, InvServiceShowsPin}},

@@ -18,7 +18,8 @@ func handoverRefusal(ns, name string, users ...string) string {
 
 // The hand-over-events policy on a real kube-apiserver, installed by Helm from the chart:
 // MetalLB's AllocationFailed about a Service whose IP it still counts as the driver's
-// placeholder's is not recorded (core/v1 and events.k8s.io/v1, any namespace but the driver's);
+// placeholder's, and its ClearAssignment about a detached Service whose IP the placeholder keeps,
+// are not recorded (core/v1 and events.k8s.io/v1, any namespace but the driver's);
 // the same report naming any Service outside the driver's namespace, any report about a Service
 // in the driver's namespace (the driver reads those), and every other event are.
 func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
@@ -47,6 +48,16 @@ func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
 			}
 		}
 	}
+	// MetalLB clears a detached Service's address itself when the hold keeps it under the sharing
+	// key the Service no longer carries.
+	clear := `current IP for "tenant-events/web" not allowed by config, will attempt for new IP assignment: ` +
+		`can't change sharing key for "tenant-events/web", address also in use by ` + ns + "/hold-ip-203-0-113-10"
+	if err := coreEvent("tenant-events", "ClearAssignment", clear); !refused(err) {
+		t.Errorf("core/v1: %q was recorded (err %v)", clear, err)
+	}
+	if err := newEvent("tenant-events", "ClearAssignment", clear); !refused(err) {
+		t.Errorf("events.k8s.io/v1: %q was recorded (err %v)", clear, err)
+	}
 	// An update that turns a recorded report into the hand-over report is refused too.
 	if err := w.rewrite(t, handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10")); !refused(err) {
 		t.Errorf("an update to the hand-over report was recorded (err %v)", err)
@@ -60,7 +71,8 @@ func TestHandoverEventsPolicyOnTheAPIServer(t *testing.T) {
 		{"a report about a placeholder (the driver reads those)", ns, "AllocationFailed", handoverRefusal(ns, "hold-ip-203-0-113-10", ns+"/claim-0b1f-v4")},
 		{"an exhausted pool", "tenant-events", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": no available IPs`},
 		{"a port conflict", "tenant-events", "AllocationFailed", `Failed to allocate IP for "tenant-events/web": port 80/TCP is already in use on "203.0.113.10"`},
-		{"another reason quoting the hand-over", "tenant-events", "ClearAssignment", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10")},
+		{"another reason quoting the hand-over", "tenant-events", "nolbIPsIPFamily", handoverRefusal("tenant-events", "web", ns+"/hold-ip-203-0-113-10")},
+		{"a ClearAssignment naming a tenant's Service", "tenant-events", "ClearAssignment", handoverRefusal("tenant-events", "web", "tenant-events/other")},
 	} {
 		if err := coreEvent(tt.ns, tt.reason, tt.msg); err != nil {
 			t.Errorf("core/v1: %s was not recorded: %v", tt.what, err)

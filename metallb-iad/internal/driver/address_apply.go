@@ -113,13 +113,16 @@ func (d *Driver) createHold(ctx context.Context, a *ipamv1.IPAddress, hold *core
 	return true, nil
 }
 
-// pinHold pins the hold to the address's IP.
+// pinHold pins the hold to the address's IP, with the driver's sharing key.
 func (d *Driver) pinHold(ctx context.Context, a *ipamv1.IPAddress, s *corev1.Service) error {
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[metallb.AnnotationLoadBalancerIPs] = a.Spec.Address
+	if key := plan.HoldKey(a); key != "" {
+		s.Annotations[metallb.AnnotationAllowSharedIP] = key
+	}
 	markOwn(s)
 	return client.IgnoreNotFound(d.client.Patch(ctx, s, patch))
 }

@@ -493,9 +493,10 @@ func TestUnpinDoesNotClearAnIngressWrittenSince(t *testing.T) {
 	}
 }
 
-// Finding 1: attaching while the driver's cache of addresses lags its Services (the address's
-// pass sees the hold deleted before it sees AttachedTo): no hold is made again for the attached
-// address, and no Conflict is raised against the Service that now serves it.
+// Attaching a Service that cannot share its IP with the hold while the driver's cache of addresses
+// lags its Services (the address's pass sees the hold deleted before it sees AttachedTo): no hold
+// is made again for the attached address, and no Conflict is raised against the Service that now
+// serves it.
 func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
@@ -524,7 +525,9 @@ func TestAttachUnderAddressLagMakesNoHold(t *testing.T) {
 		}
 	}()
 	withWatchLagOn(t, "ipaddresses", 300*time.Millisecond)
+	// One that cannot share its IP with the hold: the attach deletes the hold.
 	svc := tenantService(ns, "web", map[string]string{ipamv1.AnnotationServiceClaim: "c"})
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "tcpmux", Port: plan.HoldPort, Protocol: corev1.ProtocolTCP})
 	if err := admin.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}

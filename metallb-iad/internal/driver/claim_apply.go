@@ -70,7 +70,7 @@ func (d *Driver) applyProvisionPlan(ctx context.Context, v plan.ProvisionView, p
 			d.Metrics.served.Observe(d.now().Sub(v.Claim.CreationTimestamp.Time).Seconds())
 		}
 		ip, _ := netip.ParseAddr(st.Address.Spec.Address)
-		if err := d.makeHold(ctx, plan.Handover{Svc: st.Svc, Address: st.Address.Name, IP: ip}); err != nil {
+		if err := d.makeHold(ctx, plan.Handover{Svc: st.Svc, Address: st.Address.Name, IP: ip, Key: plan.HoldKey(st.Address)}); err != nil {
 			// Not the hold yet: the next pass hands the placeholder over (it must not take the
 			// expectation for a hold made).
 			d.expect.Observed(holdKey(st.Address.Name))
@@ -98,6 +98,9 @@ func (d *Driver) makeHold(ctx context.Context, h plan.Handover) error {
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[metallb.AnnotationLoadBalancerIPs] = h.IP.String()
+	if h.Key != "" {
+		s.Annotations[metallb.AnnotationAllowSharedIP] = h.Key
+	}
 	delete(s.Annotations, plan.AnnotationNudge)
 	if err := d.client.Patch(ctx, s, patch); err != nil {
 		if apierrors.IsNotFound(err) {

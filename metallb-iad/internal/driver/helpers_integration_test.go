@@ -237,7 +237,7 @@ func (f *fakeMetalLB) pass() {
 	if err := admin.List(ctx, &list); err != nil {
 		return
 	}
-	used := map[netip.Addr]string{}
+	used := map[netip.Addr][]*corev1.Service{}
 	var mine []*corev1.Service
 	for i := range list.Items {
 		s := &list.Items[i]
@@ -246,8 +246,25 @@ func (f *fakeMetalLB) pass() {
 		}
 		mine = append(mine, s)
 		for _, ip := range plan.IngressIPs(s) {
-			used[ip] = s.Namespace + "/" + s.Name
+			used[ip] = append(used[ip], s)
 		}
+	}
+	// free says whether s may have ip, as MetalLB's allocator says (checkSharing): no other
+	// Service has it, or every one that has it shares s's sharing and backend keys and none of
+	// its ports.
+	free := func(ip netip.Addr, s *corev1.Service) bool {
+		for _, o := range used[ip] {
+			if o.UID == s.UID {
+				continue
+			}
+			if !fakeSharing(o, s) {
+				return false
+			}
+		}
+		return true
+	}
+	take := func(ip netip.Addr, s *corev1.Service) {
+		used[ip] = append(slices.DeleteFunc(used[ip], func(o *corev1.Service) bool { return o.UID == s.UID }), s)
 	}
 	for _, s := range mine {
 		key := s.Namespace + "/" + s.Name
@@ -256,7 +273,7 @@ func (f *fakeMetalLB) pass() {
 		if pin := plan.PinIPs(s); len(pin) > 0 {
 			want = pin
 			for _, ip := range pin {
-				if holder, ok := used[ip]; ok && holder != key {
+				if !free(ip, s) {
 					want = nil // AllocationFailed: the IP is in use
 				}
 			}
@@ -267,9 +284,13 @@ func (f *fakeMetalLB) pass() {
 					continue
 				}
 			}
+		} else if slices.ContainsFunc(cur, func(ip netip.Addr) bool { return !free(ip, s) }) {
+			// MetalLB checks a Service's current IP again at each look: one it may no longer
+			// share (its sharing key gone, while the hold keeps the IP under it) is cleared.
+			want = []netip.Addr{}
 		} else if len(cur) == 0 && s.Annotations[metallb.AnnotationAddressPool] == f.pool {
 			for ip := f.prefix.Masked().Addr(); f.prefix.Contains(ip); ip = ip.Next() {
-				if _, ok := used[ip]; !ok {
+				if len(used[ip]) == 0 {
 					want = []netip.Addr{ip}
 					break
 				}
@@ -290,15 +311,41 @@ func (f *fakeMetalLB) pass() {
 			delete(f.pending, key)
 		}
 		for _, ip := range cur {
-			delete(used, ip)
+			used[ip] = slices.DeleteFunc(used[ip], func(o *corev1.Service) bool { return o.UID == s.UID })
 		}
 		s.Status.LoadBalancer.Ingress = nil
 		for _, ip := range want {
 			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-			used[ip] = key
+			take(ip, s)
 		}
 		_ = admin.Status().Update(ctx, s)
 	}
+}
+
+// fakeSharing says whether MetalLB lets two Services have one IP: equal, non-empty sharing keys,
+// equal backend keys (the selector under externalTrafficPolicy Local), no port in common.
+func fakeSharing(a, b *corev1.Service) bool {
+	ka, kb := a.Annotations[metallb.AnnotationAllowSharedIP], b.Annotations[metallb.AnnotationAllowSharedIP]
+	if ka == "" || ka != kb {
+		return false
+	}
+	backend := func(s *corev1.Service) string {
+		if s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			return fmt.Sprint(s.Spec.Selector)
+		}
+		return ""
+	}
+	if backend(a) != backend(b) {
+		return false
+	}
+	for _, pa := range a.Spec.Ports {
+		for _, pb := range b.Spec.Ports {
+			if pa.Port == pb.Port && pa.Protocol == pb.Protocol {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // playCorePhases plays the core's phase writes: each address of the class gets phase Bound (a

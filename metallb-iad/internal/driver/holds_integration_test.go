@@ -61,7 +61,7 @@ func TestOrphanedHoldIsSwept(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()
 	name := ipamv1.AddressName(netip.MustParseAddr("203.0.113.250"))
-	orphan := plan.HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere")
+	orphan := plan.HoldService(testDriverNS, name, netip.MustParseAddr("203.0.113.250"), "nowhere", "")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestPeriodicSweepEndsAMissedOrphan(t *testing.T) {
 	ctx := context.Background()
 	ip := netip.MustParseAddr("198.51.100.251")
 	lostEvents.lose(t, "metallb-iad-address", reconcile.Request{NamespacedName: types.NamespacedName{Name: ipamv1.AddressName(ip)}})
-	orphan := plan.HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere")
+	orphan := plan.HoldService(testDriverNS, ipamv1.AddressName(ip), ip, "nowhere", "")
 	if err := admin.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}

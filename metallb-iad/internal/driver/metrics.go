@@ -42,7 +42,7 @@ func NewMetrics(reader client.Reader, namespace, metallbNamespace string) *Metri
 			Help:    "Time from a claim's creation until the driver created its address from what MetalLB assigned.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}),
-		placeholder: prometheus.NewDesc("metallb_iad_placeholders", "Placeholder Services by role (provisioning, hold).", []string{"role"}, nil),
+		placeholder: prometheus.NewDesc("metallb_iad_placeholders", "Placeholder Services by role (provisioning, hold; a hold stays beside the Service attached to its address when they share the IP).", []string{"role"}, nil),
 		attached:    prometheus.NewDesc("metallb_iad_attached_addresses", "Reserved addresses attached to a tenant Service.", nil, nil),
 		conflicts:   prometheus.NewDesc("metallb_iad_conflicts", "Reserved addresses some other Service holds.", nil, nil),
 		lost:        prometheus.NewDesc("metallb_iad_lost_addresses", "Reserved addresses MetalLB can no longer serve (Lost=True).", nil, nil),

@@ -60,6 +60,11 @@ func (d *Driver) applyAttachPlan(ctx context.Context, svc *corev1.Service, p pla
 		}
 		svc.Annotations[metallb.AnnotationLoadBalancerIPs] = p.Pin
 		svc.Annotations[plan.AnnotationPinned] = "true"
+		if p.Key != "" {
+			svc.Annotations[metallb.AnnotationAllowSharedIP] = p.Key
+		} else if plan.DriverKey(svc) != "" {
+			delete(svc.Annotations, metallb.AnnotationAllowSharedIP)
+		}
 		delete(svc.Annotations, plan.AnnotationReleasing)
 		if autoclaim.Parked(svc) {
 			delete(svc.Annotations, autoclaim.ParkingAnnotation)
@@ -151,6 +156,9 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		patch := client.MergeFrom(svc.DeepCopy())
 		delete(svc.Annotations, metallb.AnnotationLoadBalancerIPs)
 		delete(svc.Annotations, plan.AnnotationPinned)
+		if plan.DriverKey(svc) != "" {
+			delete(svc.Annotations, metallb.AnnotationAllowSharedIP) // the driver's key goes with its pin
+		}
 		svc.Annotations[plan.AnnotationReleasing] = releasing
 		if park && !autoclaim.Parked(svc) {
 			// Parked in the same write: never served from an auto-assigning pool meanwhile.
@@ -165,15 +173,30 @@ func (d *Driver) unpin(ctx context.Context, svc *corev1.Service, park bool) erro
 		return nil
 	}
 	released := plan.ParseIPList(releasing)
-	if slices.ContainsFunc(plan.IngressIPs(svc), func(ip netip.Addr) bool { return slices.Contains(released, ip) }) {
-		// MetalLB writes this status too: clear it only as read (resourceVersion precondition);
-		// on a conflict the pass runs again on a fresh view and clears only a released IP.
+	shows := func(s *corev1.Service) bool {
+		return slices.ContainsFunc(plan.IngressIPs(s), func(ip netip.Addr) bool { return slices.Contains(released, ip) })
+	}
+	if shows(svc) {
+		// MetalLB writes this status too: clear it only as read (resourceVersion precondition).
+		// A Service that shared its IP with the hold is usually cleared by MetalLB itself as soon
+		// as its key is gone (the hold keeps the IP under the key): on a conflict, the Service
+		// as it is now decides; one that still shows a released IP is cleared by the next pass.
 		status := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		svc.Status.LoadBalancer.Ingress = nil
-		if err := d.client.Status().Patch(ctx, svc, status); err != nil {
+		if err := d.client.Status().Patch(ctx, svc, status); apierrors.IsConflict(err) {
+			var fresh corev1.Service
+			if gerr := d.reader.Get(ctx, client.ObjectKeyFromObject(svc), &fresh); gerr != nil {
+				return client.IgnoreNotFound(gerr)
+			}
+			if shows(&fresh) {
+				return err
+			}
+			*svc = fresh
+		} else if err != nil {
 			return client.IgnoreNotFound(err)
+		} else {
+			d.wroteService(svc)
 		}
-		d.wroteService(svc)
 	}
 	patch := client.MergeFrom(svc.DeepCopy())
 	delete(svc.Annotations, plan.AnnotationReleasing)

@@ -140,8 +140,22 @@ func (l *ServiceLabels) Transform() func(any) (any, error) {
 	return func(obj any) (any, error) {
 		out, err := strip(obj)
 		svc, ok := out.(*corev1.Service)
-		if err != nil || !ok || len(svc.Labels) == 0 {
+		if err != nil || !ok {
 			return out, err
+		}
+		if orig, ok := obj.(*corev1.Service); ok {
+			// The cache keeps neither ports nor selectors: whether the Service could share its
+			// IP with a hold is kept instead (plan.AnnotationCannotShare).
+			if why := plan.CannotShareSpec(orig); why != "" {
+				svc.Annotations = maps.Clone(svc.Annotations)
+				if svc.Annotations == nil {
+					svc.Annotations = map[string]string{}
+				}
+				svc.Annotations[plan.AnnotationCannotShare] = why
+			}
+		}
+		if len(svc.Labels) == 0 {
+			return svc, nil
 		}
 		l.mu.RLock()
 		defer l.mu.RUnlock()

@@ -61,3 +61,34 @@ func TestServiceCacheKeepsTheLabelsPoolsSelectBy(t *testing.T) {
 		t.Fatal("keeps a key a pool outside MetalLB's namespace selects by")
 	}
 }
+
+// The cache keeps neither ports nor selectors; whether a Service could share its IP with a hold
+// is kept in their stead, and a tenant cannot write that mark.
+func TestServiceCacheKeepsWhetherAServiceCanShare(t *testing.T) {
+	tr := NewServiceLabels().Transform()
+	for _, tc := range []struct {
+		name  string
+		spec  corev1.ServiceSpec
+		annot map[string]string
+		share bool
+	}{
+		{"Cluster", corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}, nil, true},
+		{"Local with a selector", corev1.ServiceSpec{ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, Selector: map[string]string{"app": "web"}}, nil, false},
+		{"Local, selectorless", corev1.ServiceSpec{ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal}, nil, true},
+		{"the hold's port", corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: plan.HoldPort, Protocol: corev1.ProtocolTCP}}}, nil, false},
+		{"the mark written by a tenant", corev1.ServiceSpec{}, map[string]string{plan.AnnotationCannotShare: "x"}, true},
+	} {
+		in := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "web", Annotations: tc.annot}, Spec: tc.spec}
+		out, err := tr(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached := out.(*corev1.Service)
+		if len(cached.Spec.Ports) != 0 || len(cached.Spec.Selector) != 0 {
+			t.Fatalf("%s: the cache kept ports or a selector: %+v", tc.name, cached.Spec)
+		}
+		if got := plan.CannotShare(cached) == ""; got != tc.share || got != (plan.CannotShare(in) == "" || tc.annot != nil) {
+			t.Errorf("%s: cached Service shares %v (%q), want %v", tc.name, got, plan.CannotShare(cached), tc.share)
+		}
+	}
+}

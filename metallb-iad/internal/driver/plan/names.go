@@ -151,8 +151,9 @@ func ForeignPins(svc *corev1.Service) []string {
 		if _, ok := svc.Annotations[a]; !ok {
 			continue
 		}
-		if a == metallb.AnnotationLoadBalancerIPs && svc.Annotations[AnnotationPinned] == "true" {
-			continue
+		if (a == metallb.AnnotationLoadBalancerIPs || a == metallb.AnnotationAllowSharedIP && DriverKey(svc) != "") &&
+			svc.Annotations[AnnotationPinned] == "true" {
+			continue // the driver's pin, and its sharing key beside it
 		}
 		if a == autoclaim.ParkingAnnotation && autoclaim.Parked(svc) {
 			continue // parked by the chart's admission policy until the driver pins it

@@ -3,6 +3,7 @@ package plan
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,23 @@ func TestForeignPins(t *testing.T) {
 		metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true"}}}
 	if got := ForeignPins(ours); len(got) != 0 {
 		t.Fatalf("the driver's own pin counted as foreign: %v", got)
+	}
+	// The driver's sharing key beside its pin is the driver's; the same key without the pin's
+	// marker, or another key, is not.
+	keyed := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true", metallb.AnnotationAllowSharedIP: SharingKey("claim-uid")}}}
+	if got := ForeignPins(keyed); len(got) != 0 {
+		t.Fatalf("the driver's sharing key counted as foreign: %v", got)
+	}
+	for _, a := range []map[string]string{
+		{metallb.AnnotationAllowSharedIP: SharingKey("claim-uid")},
+		{metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true", metallb.AnnotationAllowSharedIP: "mine"},
+		{metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true", metallb.AnnotationAllowSharedIP: SharingKeyPrefix},
+		{metallb.AnnotationLoadBalancerIPs: "203.0.113.1", AnnotationPinned: "true", metallb.LegacyPrefix + "allow-shared-ip": SharingKey("claim-uid")},
+	} {
+		if got := ForeignPins(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: a}}); !slices.ContainsFunc(got, func(p string) bool { return strings.HasSuffix(p, "allow-shared-ip") }) {
+			t.Fatalf("%v: the sharing annotation not counted as foreign: %v", a, got)
+		}
 	}
 	theirs := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"metallb.universe.tf/address-pool": "p"}},
@@ -233,7 +251,7 @@ func TestTheDriversServicesCarryTheDriverMark(t *testing.T) {
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "c", UID: "u"}}
 	for _, s := range []*corev1.Service{
 		ProvisioningService("d", "p", claim, ipamv1.IPv4, "pool", ""),
-		HoldService("d", "a", netip.MustParseAddr("203.0.113.7"), "pool"),
+		HoldService("d", "a", netip.MustParseAddr("203.0.113.7"), "pool", SharingKey("u")),
 		ReleaseService("d", "r", "a"),
 	} {
 		if s.Labels[ipamv1.LabelDriverService] != Provisioner {

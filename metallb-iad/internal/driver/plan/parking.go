@@ -55,6 +55,9 @@ func autoClaimParks(svc *corev1.Service, classes []ipamv1.IPAddressClass, nsLabe
 		asked = svc.DeepCopy()
 		delete(asked.Annotations, metallb.AnnotationLoadBalancerIPs)
 		delete(asked.Annotations, AnnotationPinned)
+		if DriverKey(asked) != "" {
+			delete(asked.Annotations, metallb.AnnotationAllowSharedIP)
+		}
 	}
 	if autoclaim.SkipAsked(asked) != "" {
 		return false

@@ -293,11 +293,19 @@ func planState(v AddressView, lostReason, lostMessage string, adopter *corev1.Se
 	switch {
 	case v.Attached != nil:
 		var p addressPart
-		// The Service reconciler deletes the holds between recording the attachment and pinning
-		// (and finishes that after a crash). A hold still there once the Service is pinned to
-		// the IP is a leftover, and goes; before that it is the Service reconciler's to delete.
+		// A hold the Service shares the IP with stays (one: a second is a leftover). The Service
+		// reconciler deletes the others between recording the attachment and pinning (and
+		// finishes that after a crash); one still there once the Service is pinned to the IP is
+		// a leftover, and goes; before that it is the Service reconciler's to delete.
 		if v.Attached.Annotations[AnnotationPinned] == "true" && slices.Contains(PinIPs(v.Attached), v.IP) {
-			p.DeleteHolds = v.Holds
+			kept := false
+			for _, h := range holdsServedFirst(v) {
+				if !kept && Shares(v.Attached, DriverKey(v.Attached), h) {
+					kept = true
+					continue
+				}
+				p.DeleteHolds = append(p.DeleteHolds, h)
+			}
 		}
 		p = p.set(ipamv1.ConditionHeld, true, ReasonAttached, AttachedMessage(v.Attached))
 		var waiting *corev1.Service
@@ -379,7 +387,9 @@ func planHold(v AddressView) (addressPart, *corev1.Service) {
 	hold := holds[0]
 	// A second one is a leftover.
 	p := addressPart{AddressPlan: AddressPlan{DeleteHolds: holds[1:]}}
-	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String() {
+	if hold.Annotations[metallb.AnnotationLoadBalancerIPs] != v.IP.String() || DriverKey(hold) != HoldKey(v.Addr) {
+		// (also a hold made before holds shared their IP, or of an address bound since to
+		// another claim: it gets the key of the address's claim)
 		p.PinHold = hold
 	}
 	if slices.Contains(IngressIPs(hold), v.IP) {
@@ -422,7 +432,7 @@ func planNoHold(v AddressView) addressPart {
 		p.Requeue = driverkit.Recheck(conditionSince(a, ipamv1.ConditionHeld, v.Now), v.Now, time.Second)
 		return p
 	}
-	p := addressPart{AddressPlan: AddressPlan{CreateHold: HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool),
+	p := addressPart{AddressPlan: AddressPlan{CreateHold: HoldService(v.Namespace, a.Name, v.IP, ParseClassParams(v.Class).Pool, HoldKey(a)),
 		Requeue: v.NudgeAfter}}
 	return p.set(ipamv1.ConditionHeld, false, ReasonWaitingForMetalLB,
 		fmt.Sprintf("waiting for MetalLB to assign %s to placeholder %s/%s", v.IP, v.Namespace, HoldName(a.Name)))

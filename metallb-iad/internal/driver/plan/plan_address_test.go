@@ -56,13 +56,33 @@ func hold(addr, ip string, served bool) *corev1.Service {
 	}
 	s := svc(testDriverNS, HoldName(addr), "hold-"+addr, ingress...)
 	s.Labels = map[string]string{LabelRole: RoleHold, LabelAddress: addr}
-	s.Annotations = map[string]string{metallb.AnnotationLoadBalancerIPs: ip}
+	s.Annotations = map[string]string{metallb.AnnotationLoadBalancerIPs: ip, metallb.AnnotationAllowSharedIP: testKey}
 	return s
 }
 
+// testKey is the sharing key of the claim testAddress and boundClaim name.
+var testKey = SharingKey("claim-uid")
+
+// unkeyed is a hold made before holds carried the driver's sharing key.
+func unkeyed(s *corev1.Service) *corev1.Service {
+	delete(s.Annotations, metallb.AnnotationAllowSharedIP)
+	return s
+}
+
+// pinned is the Service as the driver pins it: the pin, its marker, and the driver's sharing
+// key (the Service can share its IP with the hold).
 func pinned(s *corev1.Service, pin string) *corev1.Service {
 	s.Annotations[metallb.AnnotationLoadBalancerIPs] = pin
 	s.Annotations[AnnotationPinned] = "true"
+	s.Annotations[metallb.AnnotationAllowSharedIP] = testKey
+	return s
+}
+
+// pinnedUnkeyed is a Service pinned without the driver's sharing key (pinned before holds
+// shared their IP, or one that cannot share it).
+func pinnedUnkeyed(s *corev1.Service, pin string) *corev1.Service {
+	s = pinned(s, pin)
+	delete(s.Annotations, metallb.AnnotationAllowSharedIP)
 	return s
 }
 
@@ -242,8 +262,22 @@ func TestPlanAddress(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"attached: leftover hold goes, Held Attached", view(testAddress(ip, Finalizer), func(v *AddressView) {
+		{"attached with the driver's key: the hold it shares stays, a second one goes, Held Attached", view(testAddress(ip, Finalizer), func(v *AddressView) {
 			v.Attached = tenant
+			second := hold(name, ip, false)
+			second.Name += "-2"
+			v.Holds = []*corev1.Service{second, hold(name, ip, true)}
+			v.Holders = []Holder{{Svc: tenant, InIngress: true, LinksToClaim: true}}
+		}), func(t *testing.T, p AddressPlan) {
+			if len(p.DeleteHolds) != 1 || p.DeleteHolds[0].Name != HoldName(name)+"-2" || p.CreateHold != nil || p.PinHold != nil {
+				t.Fatalf("%+v", p)
+			}
+			if c := cond(p, ipamv1.ConditionHeld); c == nil || c.Reason != ReasonAttached {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"attached without the driver's key: leftover hold goes, Held Attached", view(testAddress(ip, Finalizer), func(v *AddressView) {
+			v.Attached = pinnedUnkeyed(svc("t", "web", "web-uid", ip), ip)
 			v.Holds = []*corev1.Service{hold(name, ip, false)}
 			v.Holders = []Holder{{Svc: tenant, InIngress: true, LinksToClaim: true}}
 		}), func(t *testing.T, p AddressPlan) {

@@ -74,15 +74,17 @@ type AttachView struct {
 }
 
 // AttachPlan is what the Service reconciler writes, in this crash-safe order: record AttachedTo
-// on the claim's addresses (the optimistic lock lets one Service win), delete their holds, pin
-// the Service; then end the attachments it no longer has (a re-link). Or, on detach: unpin the
+// on the claim's addresses (the optimistic lock lets one Service win), delete the holds the
+// Service cannot share the IP with, pin the Service; then end the attachments it no longer has (a re-link). Or, on detach: unpin the
 // Service and clear AttachedTo on its addresses.
 type AttachPlan struct {
 	Attach      []*ipamv1.IPAddress
 	DeleteHolds []*corev1.Service
 	Pin         string
-	Unattach    []*ipamv1.IPAddress
-	Detach      bool
+	// key is the sharing key the pin carries ("" for none; plan/sharing.go).
+	Key      string
+	Unattach []*ipamv1.IPAddress
+	Detach   bool
 	// park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
 	// when there is one, else in a patch of their own.
 	Park, unpark bool
@@ -222,7 +224,7 @@ func planLostClaim(v AttachView) AttachPlan {
 }
 
 // planAttachAddresses attaches the Service to its Bound claim's addresses once each one agrees:
-// record AttachedTo, delete the holds, pin; the attachments it no longer has end (a re-link).
+// record AttachedTo, delete the holds it cannot share with, pin; the attachments it no longer has end (a re-link).
 func planAttachAddresses(v AttachView) AttachPlan {
 	svc, claim := v.Svc, v.Claim
 	want := PinValue(claim.Status.Addresses)
@@ -244,12 +246,24 @@ func planAttachAddresses(v AttachView) AttachPlan {
 			p.Attach = append(p.Attach, a)
 		}
 	}
-	p.DeleteHolds = v.Holds
 	_, releasingLeft := svc.Annotations[AnnotationReleasing]
 	// A parked Service (autoclaim.ParkingPool) is unparked by the pin: MetalLB refuses a pin
 	// together with another pool.
 	if (!SameIPs(PinIPs(svc), wantIPs) || svc.Annotations[AnnotationPinned] != "true" || releasingLeft || autoclaim.Parked(svc)) && v.Pinned != want {
 		p.Pin = want
+		p.Key = pinKey(svc, claim)
+	}
+	// The holds stay while the Service shares their IP (plan/sharing.go); the others go before
+	// the pin, as MetalLB gives the Service the IP only once they have let go of it. (A pin
+	// written a moment ago that the cache does not show yet carried the key pinKey says.)
+	key := DriverKey(svc)
+	if p.Pin != "" || v.Pinned == want {
+		key = pinKey(svc, claim)
+	}
+	for _, h := range v.Holds {
+		if !Shares(svc, key, h) {
+			p.DeleteHolds = append(p.DeleteHolds, h)
+		}
 	}
 	for _, a := range v.AttachedHere {
 		if !slices.ContainsFunc(v.Addrs, func(x *ipamv1.IPAddress) bool { return x.Name == a.Name }) {
@@ -257,6 +271,15 @@ func planAttachAddresses(v AttachView) AttachPlan {
 		}
 	}
 	return p
+}
+
+// pinKey is the sharing key a pin of the claim's addresses carries on the Service: the claim's,
+// unless the Service cannot share its IP with a hold.
+func pinKey(svc *corev1.Service, claim *ipamv1.IPAddressClaim) string {
+	if CannotShare(svc) != "" {
+		return ""
+	}
+	return SharingKey(claim.UID)
 }
 
 // planAddressesAgree checks the claim's addresses before the Service gets them: the claim's

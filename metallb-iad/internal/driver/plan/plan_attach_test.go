@@ -62,12 +62,94 @@ func TestPlanAttach(t *testing.T) {
 		view  AttachView
 		check func(t *testing.T, p AttachPlan)
 	}{
-		{"bound claim: attach, release the hold, pin — three writes", func() AttachView {
+		{"bound claim: attach and pin with the driver's sharing key, the hold stays — two writes", func() AttachView {
 			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
 			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
 			return v
 		}(), func(t *testing.T, p AttachPlan) {
-			if len(p.Attach) != 1 || len(p.DeleteHolds) != 1 || p.Pin != ip || p.Detach || len(p.Events) != 0 {
+			if len(p.Attach) != 1 || len(p.DeleteHolds) != 0 || p.Pin != ip || p.Key != testKey || p.Detach || len(p.Events) != 0 {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"a hold made before holds shared their IP: it goes before the pin", func() AttachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.Holds = []*corev1.Service{unkeyed(hold(testAddress(ip).Name, ip, true))}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.Attach) != 1 || len(p.DeleteHolds) != 1 || p.Pin != ip || p.Key != testKey {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"externalTrafficPolicy Local with a selector: MetalLB would not share, the hold goes, no key", func() AttachView {
+			s := tenantSvc()
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			s.Spec.Selector = map[string]string{"app": "web"}
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 1 || p.Pin != ip || p.Key != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"externalTrafficPolicy Local without a selector (a tenant cluster's host Service): shares", func() AttachView {
+			s := tenantSvc()
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 0 || p.Pin != ip || p.Key != testKey {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"the hold's port TCP/1 in use: the hold goes, no key", func() AttachView {
+			s := tenantSvc()
+			s.Spec.Ports = []corev1.ServicePort{{Port: 443, Protocol: corev1.ProtocolTCP}, {Port: HoldPort, Protocol: corev1.ProtocolTCP}}
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 1 || p.Pin != ip || p.Key != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"UDP/1 does not collide with the hold's TCP/1: shares", func() AttachView {
+			s := tenantSvc()
+			s.Spec.Ports = []corev1.ServicePort{{Port: HoldPort, Protocol: corev1.ProtocolUDP}}
+			v := attachViewOf(s, boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 0 || p.Key != testKey {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"attached and pinned with the key, the hold shared: nothing to write", func() AttachView {
+			v := attachViewOf(pinned(tenantSvc(), ip), boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.Attach) != 0 || len(p.DeleteHolds) != 0 || p.Pin != "" || p.Detach {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"pinned with the key a moment ago, the cache behind: the hold it shares stays", func() AttachView {
+			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+			v.Pinned = ip
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 0 || p.Pin != "" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"attached and pinned without the key (before holds shared): a hold there goes", func() AttachView {
+			v := attachViewOf(pinnedUnkeyed(tenantSvc(), ip), boundClaim(ipamv1.ClaimBound, ip), attachedAddr(ip, "t", "web", "web-uid"))
+			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
+			return v
+		}(), func(t *testing.T, p AttachPlan) {
+			if len(p.DeleteHolds) != 1 || p.Pin != "" {
 				t.Fatalf("%+v", p)
 			}
 		}},
@@ -99,7 +181,7 @@ func TestPlanAttach(t *testing.T) {
 			v.Holds = []*corev1.Service{hold(a.Name, ip, true)}
 			return v
 		}(), func(t *testing.T, p AttachPlan) {
-			if len(p.Attach) != 1 || len(p.DeleteHolds) != 1 || p.Pin != ip || p.Detach || hasEvent(p, ReasonAddressNotServable) {
+			if len(p.Attach) != 1 || len(p.DeleteHolds) != 0 || p.Pin != ip || p.Detach || hasEvent(p, ReasonAddressNotServable) {
 				t.Fatalf("%+v", p)
 			}
 		}},

@@ -618,6 +618,13 @@ func fuzzAddressView(data []byte) AddressView {
 		if !c.yes(4) {
 			h.Annotations[metallb.AnnotationLoadBalancerIPs] = ip.String()
 		}
+		switch c.n(4) {
+		case 0: // made before holds shared their IP
+		case 1:
+			h.Annotations[metallb.AnnotationAllowSharedIP] = SharingKey("another-claim-uid")
+		default:
+			h.Annotations[metallb.AnnotationAllowSharedIP] = HoldKey(a)
+		}
 		if c.yes(2) {
 			h.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
 		}
@@ -636,8 +643,14 @@ func fuzzAddressView(data []byte) AddressView {
 		default:
 			s := tenantSvc()
 			s.Annotations[ipamv1.AnnotationServiceClaim] = "c"
-			if c.yes(2) {
+			switch c.n(3) {
+			case 0:
 				pinned(s, ip.String())
+			case 1:
+				pinnedUnkeyed(s, ip.String())
+			}
+			if c.yes(4) {
+				s.Spec.Ports = []corev1.ServicePort{{Port: HoldPort, Protocol: corev1.ProtocolTCP}} // cannot share
 			}
 			if c.yes(2) {
 				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
@@ -851,6 +864,7 @@ func applyAddressPlan(v AddressView, p AddressPlan, others []*corev1.Service) Ad
 			h = h.DeepCopy()
 			if pin {
 				h.Annotations[metallb.AnnotationLoadBalancerIPs] = v.IP.String()
+				h.Annotations[metallb.AnnotationAllowSharedIP] = HoldKey(a)
 			}
 			if nudge {
 				h.Annotations[AnnotationNudge] = v.Now.Format(time.RFC3339Nano)
@@ -1007,6 +1021,9 @@ func fuzzAttachView(data []byte) AttachView {
 				v.Addrs = append(v.Addrs, a)
 				if !c.yes(3) {
 					h := hold(a.Name, ip.String(), c.yes(2))
+					if c.yes(4) {
+						unkeyed(h) // made before holds shared their IP
+					}
 					v.Holds = append(v.Holds, h)
 				}
 			}
@@ -1024,6 +1041,13 @@ func fuzzAttachView(data []byte) AttachView {
 		s.Annotations[metallb.AnnotationLoadBalancerIPs] = "203.0.113.9" // someone else's pin
 	case 3:
 		s.Annotations[AnnotationReleasing] = "203.0.113.1"
+	case 4:
+		if v.Claim != nil {
+			pinnedUnkeyed(s, PinValue(v.Claim.Status.Addresses)) // pinned before holds shared their IP
+		}
+	}
+	if c.yes(5) {
+		s.Spec.Ports = []corev1.ServicePort{{Port: HoldPort, Protocol: corev1.ProtocolTCP}} // cannot share
 	}
 	if v.Claim != nil && c.yes(6) {
 		v.Pinned = PinValue(v.Claim.Status.Addresses)
@@ -1127,6 +1151,9 @@ func applyAttachPlan(v AttachView, p AttachPlan) AttachView {
 			s.Annotations[AnnotationReleasing] = s.Annotations[metallb.AnnotationLoadBalancerIPs]
 			delete(s.Annotations, metallb.AnnotationLoadBalancerIPs)
 			delete(s.Annotations, AnnotationPinned)
+			if DriverKey(s) != "" {
+				delete(s.Annotations, metallb.AnnotationAllowSharedIP)
+			}
 		}
 		for i, a := range v.Addrs {
 			if a != nil && slices.Contains(v.AttachedHere, a) {
@@ -1150,6 +1177,11 @@ func applyAttachPlan(v AttachView, p AttachPlan) AttachView {
 	if p.Pin != "" {
 		s.Annotations[metallb.AnnotationLoadBalancerIPs] = p.Pin
 		s.Annotations[AnnotationPinned] = "true"
+		if p.Key != "" {
+			s.Annotations[metallb.AnnotationAllowSharedIP] = p.Key
+		} else if DriverKey(s) != "" {
+			delete(s.Annotations, metallb.AnnotationAllowSharedIP)
+		}
 		delete(s.Annotations, AnnotationReleasing)
 	}
 	var here []*ipamv1.IPAddress

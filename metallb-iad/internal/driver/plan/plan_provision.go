@@ -80,6 +80,8 @@ type Handover struct {
 	Svc     *corev1.Service
 	Address string
 	IP      netip.Addr
+	// key is the hold's sharing key (HoldKey of the address).
+	Key string
 }
 
 // settlement is a served placeholder whose IPAddress is to be created.
@@ -202,7 +204,7 @@ func planRetire(v ProvisionView, kept map[ipamv1.IPFamily]*corev1.Service) Provi
 					p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
 					continue
 				case "":
-					p.ToHold = append(p.ToHold, Handover{Svc: s, Address: a.Name, IP: ip})
+					p.ToHold = append(p.ToHold, Handover{Svc: s, Address: a.Name, IP: ip, Key: HoldKey(a)})
 					continue
 				}
 			}
@@ -232,7 +234,7 @@ func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr)
 	case driverkit.BoundTo(a, v.Claim) || v.HoldOf[name] == "":
 		// Created by an earlier pass (relabel left undone), or another claim's address that
 		// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
-		p.ToHold = append(p.ToHold, Handover{Svc: s, Address: name, IP: ip})
+		p.ToHold = append(p.ToHold, Handover{Svc: s, Address: name, IP: ip, Key: HoldKey(a)})
 	default:
 		p.Delete = append(p.Delete, s)
 	}

@@ -119,8 +119,8 @@ func inUseBy(message string) []types.NamespacedName {
 
 // MaxNamesPerReport bounds the Services one report of MetalLB can name to the driver: each costs
 // a read of the apiserver (is it gone?), and a report in a tenant's namespace may be the tenant's
-// own writing. MetalLB names the Services sharing one address, which is one Service for the
-// addresses of this driver (only it pins them, and never shares them).
+// own writing. MetalLB names the Services sharing one address, which for the addresses of this
+// driver is one Service, or an attached Service and the hold it shares the address with.
 const MaxNamesPerReport = 4
 
 // ReasonKeptByMetalLB (Held=False, and a Warning on the address): MetalLB refuses the hold

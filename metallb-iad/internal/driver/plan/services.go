@@ -40,7 +40,7 @@ func PlaceholderSpec(family ipamv1.IPFamily) corev1.ServiceSpec {
 	}
 	return corev1.ServiceSpec{
 		Type:                          corev1.ServiceTypeLoadBalancer,
-		Ports:                         []corev1.ServicePort{{Name: "hold", Port: 1, Protocol: corev1.ProtocolTCP}},
+		Ports:                         []corev1.ServicePort{{Name: "hold", Port: HoldPort, Protocol: corev1.ProtocolTCP}},
 		AllocateLoadBalancerNodePorts: &no,
 		IPFamilyPolicy:                &single,
 		IPFamilies:                    []corev1.IPFamily{fam},
@@ -48,7 +48,9 @@ func PlaceholderSpec(family ipamv1.IPFamily) corev1.ServiceSpec {
 }
 
 // ProvisioningService is the placeholder that asks MetalLB for an address of the class's pool
-// for one family of a claim.
+// for one family of a claim. It carries the claim's sharing key already, which its hold keeps:
+// MetalLB passes over every Service when the sharing key of an assigned one changes, and the
+// port every placeholder uses keeps MetalLB from giving it an IP another one has.
 func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, fam ipamv1.IPFamily, pool, poolState string) *corev1.Service {
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -66,12 +68,15 @@ func ProvisioningService(namespace, name string, claim *ipamv1.IPAddressClaim, f
 	if poolState != "" {
 		s.Annotations[AnnotationPoolState] = poolState
 	}
+	if key := SharingKey(claim.UID); key != "" {
+		s.Annotations[metallb.AnnotationAllowSharedIP] = key
+	}
 	return s
 }
 
 // HoldService is the placeholder that holds an existing address: pinned to its IP in the class's
-// pool, labelled with the address's name.
-func HoldService(namespace, address string, ip netip.Addr, pool string) *corev1.Service {
+// pool with its sharing key (HoldKey), labelled with the address's name.
+func HoldService(namespace, address string, ip netip.Addr, pool, key string) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      HoldName(address),
@@ -80,6 +85,7 @@ func HoldService(namespace, address string, ip netip.Addr, pool string) *corev1.
 			Annotations: map[string]string{
 				metallb.AnnotationAddressPool:     pool,
 				metallb.AnnotationLoadBalancerIPs: ip.String(),
+				metallb.AnnotationAllowSharedIP:   key,
 			},
 		},
 		Spec: PlaceholderSpec(ipamv1.FamilyOf(ip)),

@@ -66,14 +66,14 @@ func TestPlanAttachWholePlan(t *testing.T) {
 		view AttachView
 		want AttachPlan
 	}{
-		{"a Bound claim: record the attachment, delete the hold, pin", func() AttachView {
+		{"a Bound claim: record the attachment, pin with the driver's sharing key; the hold stays", func() AttachView {
 			v := attachViewOf(tenantSvc(), boundClaim(ipamv1.ClaimBound, ip), testAddress(ip, Finalizer))
 			v.Holds = []*corev1.Service{hold(testAddress(ip).Name, ip, true)}
 			return v
 		}(), AttachPlan{
-			Attach:      []*ipamv1.IPAddress{testAddress(ip, Finalizer)},
-			DeleteHolds: []*corev1.Service{hold(testAddress(ip).Name, ip, true)},
-			Pin:         ip,
+			Attach: []*ipamv1.IPAddress{testAddress(ip, Finalizer)},
+			Pin:    ip,
+			Key:    testKey,
 			// Every lasting warning about the Service ends: nothing stands in the way.
 			Clear: []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonForeignPin, ReasonClaimInUse, ReasonAddressNotServable,
 				ReasonReservedAddressRequested, ReasonForeignLoadBalancerClass, ReasonPoolExcludesService},
@@ -101,8 +101,14 @@ func TestPlanAddressWholePlan(t *testing.T) {
 		{"a served hold: Held, nothing else", view(testAddress(ip, Finalizer), func(v *AddressView) {
 			v.Holds = []*corev1.Service{hold(name, ip, true)}
 		}), AddressPlan{Status: heldStatus(true, ReasonHeld, "held by placeholder cozy-metallb-iad/"+HoldName(name))}},
+		{"a served hold made before holds shared their IP: it gets the driver's sharing key", view(testAddress(ip, Finalizer), func(v *AddressView) {
+			v.Holds = []*corev1.Service{unkeyed(hold(name, ip, true))}
+		}), AddressPlan{
+			PinHold: unkeyed(hold(name, ip, true)),
+			Status:  heldStatus(true, ReasonHeld, "held by placeholder cozy-metallb-iad/"+HoldName(name)),
+		}},
 		{"no hold: one is made, waiting for MetalLB", view(testAddress(ip, Finalizer)), AddressPlan{
-			CreateHold: HoldService(testDriverNS, name, netip.MustParseAddr(ip), "p"),
+			CreateHold: HoldService(testDriverNS, name, netip.MustParseAddr(ip), "p", testKey),
 			Status:     heldStatus(false, ReasonWaitingForMetalLB, "waiting for MetalLB to assign "+ip+" to placeholder cozy-metallb-iad/"+HoldName(name)),
 			Requeue:    3 * time.Second,
 		}},
