@@ -265,10 +265,10 @@ bench: ## Benchmarks, reported as ratios to a baseline measured in the same run 
 # METALLB_VERSION (or BENCH_METALLB, comma-separated) names the build(s).
 BENCH_METALLB ?= $(or $(METALLB_VERSION),$(METALLB_STOCK)$(comma)$(METALLB_PATCHED))
 
-bench-e2e: binaries ## Scale benchmark against plain MetalLB, on stock MetalLB then on the patched build, and their comparison (N, default 1000; BENCH_OUT, default ./bin/bench-e2e.json, each run's report beside it; BENCH_METALLB or METALLB_VERSION picks the builds).
+bench-e2e: binaries ## Scale benchmark against plain MetalLB, on stock MetalLB then on the patched build, and their comparison (N, default 1000; ROUNDS, default 3; BENCH_OUT, default ./bin/bench-e2e.json, each run's report beside it; BENCH_METALLB or METALLB_VERSION picks the builds).
 	@mkdir -p $(LOCALBIN)
 	@$(if $(BENCH_METALLB),$(BINARIES) build $(foreach v,$(subst $(comma), ,$(BENCH_METALLB)),metallb@$(v)))
-	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) \
+	$(GO) run ./e2e/cmd/bench-e2e -n $(or $(N),1000) -rounds $(or $(ROUNDS),3) -out $(or $(BENCH_OUT),$(LOCALBIN)/bench-e2e.json) \
 		$(if $(BENCH_METALLB),-metallb $(BENCH_METALLB)) $(BENCH_FLAGS)
 
 .PHONY: bench-metallb-patches
@@ -276,12 +276,13 @@ bench-metallb-patches: ## bench-e2e on stock MetalLB, then on MetalLB with the p
 	$(MAKE) bench-e2e METALLB_VERSION= BENCH_METALLB=$(METALLB_STOCK),$(METALLB_PATCHED) BENCH_OUT=$(or $(BENCH_OUT),$(LOCALBIN)/bench-metallb-patches.json)
 
 .PHONY: test-bench-e2e
-test-bench-e2e: ## bench-e2e once at n=50, as a smoke test (fails on a timeout, a wrong address or a missing apiserver profile).
+test-bench-e2e: ## bench-e2e once at n=50, one round, as a smoke test (fails on a timeout, a wrong address or a missing apiserver profile).
 	@mkdir -p $(LOCALBIN)
 	rm -rf $(LOCALBIN)/bench-e2e-smoke-profiles
-	$(GO) run ./e2e/cmd/bench-e2e -n 50 -progress 10s -out $(LOCALBIN)/bench-e2e-smoke.json \
+	$(GO) run ./e2e/cmd/bench-e2e -n 50 -rounds 1 -progress 10s -out $(LOCALBIN)/bench-e2e-smoke.json \
 		-apiserver-profile $(LOCALBIN)/bench-e2e-smoke-profiles -apiserver-profile-seconds 1
 	test -s $(LOCALBIN)/bench-e2e-smoke-profiles/apiserver-claims.pprof
+	test -s $(LOCALBIN)/bench-e2e-smoke-profiles/apiserver-baseline-attach-pinned.pprof
 
 .PHONY: test-e2e
 # The suite's short chaos run uses a fixed seed (CHAOS_SEED overrides it), so that a red run is

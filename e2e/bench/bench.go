@@ -5,9 +5,12 @@
 // One run, one process: a phase creates N objects with one client at one concurrency and rate
 // and waits until each is done. Before every phase but the first, a plain batch of N Services
 // is measured at the same population of Services (then deleted again), because MetalLB's cost
-// per Service grows with the Services it tracks. Each step records the apiserver's audit log of
-// writes, the controllers' reconcile and workqueue metrics, MetalLB's reconciles from its log,
-// and CPU and memory of every process.
+// per Service grows with the Services it tracks; the attach phase's baseline pins one free IP
+// per Service, as the driver pins. Each phase runs Rounds times, each round after its own
+// baseline and deleted before the next, and the report gives each ratio's median over the
+// rounds with its spread. Each step records the apiserver's audit log of writes, the
+// controllers' reconcile and workqueue metrics, MetalLB's reconciles from its log, and CPU and
+// memory of every process.
 package bench
 
 import (
@@ -16,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +69,7 @@ const (
 	Class         = "bench"
 	provisioner   = "metallb.drivers.local.sdn.cozystack.io"
 	poolAnno      = "metallb.io/address-pool"
+	pinAnno       = "metallb.io/loadBalancerIPs"
 )
 
 // Config is one benchmark run.
@@ -73,6 +78,14 @@ type Config struct {
 	N int
 	// Phases to run, a subset of AllPhases in that order; attach needs claims.
 	Phases []string
+	// Rounds is how many times each phase runs, each round after its own baseline (1 when
+	// zero). Every round but a phase's last is deleted before the next step, so that every
+	// round of a phase and of its baseline starts at the same population. With Fresh, each
+	// round runs on control planes of its own.
+	Rounds int
+	// AttachBaseline says what the attach phase's baseline Services ask MetalLB for:
+	// AttachBaselinePinned (the default), AttachBaselinePool or AttachBaselineBoth.
+	AttachBaseline string
 	// Concurrency is the number of goroutines creating objects; Rate caps creates per second
 	// (both the same in every phase).
 	Concurrency int
@@ -95,7 +108,8 @@ type Config struct {
 	// Fresh runs the plain phase and the claims phase (with attach after it) each on a control
 	// plane of its own, started empty, and measures no baselines: nothing the benchmark created
 	// is ever deleted. Both phases then start at the same population, so the plain phase is the
-	// claims phase's baseline; attach is compared with the plain phase only. At 10,000 objects
+	// claims phase's baseline; attach is compared with the plain phase only. Rounds alternate
+	// the two control planes: plain, claims, plain, claims, each one new. At 10,000 objects
 	// this is the only way through: deleting a batch of assigned Services makes MetalLB pass over
 	// every Service it tracks, again and again while deletions race with the pass
 	// (docs/benchmarks.md).
@@ -142,6 +156,18 @@ func (c *Config) validate() error {
 		return fmt.Errorf("the attach phase needs the claims phase (it attaches those claims)")
 	}
 	c.Phases = ordered
+	if c.Rounds < 1 {
+		c.Rounds = 1
+	}
+	if c.Rounds > 20 {
+		return fmt.Errorf("-rounds %d: at most 20", c.Rounds)
+	}
+	if c.AttachBaseline == "" {
+		c.AttachBaseline = AttachBaselinePinned
+	}
+	if !slices.Contains(AttachBaselines, c.AttachBaseline) {
+		return fmt.Errorf("unknown attach baseline %q (%s)", c.AttachBaseline, strings.Join(AttachBaselines, ", "))
+	}
 	if c.Concurrency < 1 {
 		c.Concurrency = 1
 	}
@@ -163,8 +189,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Run starts a sandbox (one per group of phases with Fresh), runs the phases and returns the
-// report. The report is returned, as far as it got, with an error too.
+// Run starts a sandbox (with Fresh, one per group of phases and round), runs the phases and
+// returns the report. The report is returned, as far as it got, with an error too.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -177,14 +203,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	groups := phaseGroups(cfg.Phases, cfg.Fresh)
+	runs := []groupRun{{phases: cfg.Phases}}
+	if cfg.Fresh {
+		runs = freshRuns(phaseGroups(cfg.Phases, true), cfg.Rounds)
+	}
 	var problems []string
-	for _, phases := range groups {
+	for _, run := range runs {
+		var steps []plannedStep
 		dir := cfg.Dir
-		if len(groups) > 1 && dir != "" {
-			dir = filepath.Join(dir, phases[0])
+		if cfg.Fresh {
+			// A control plane of its own for this round: one step per phase, all kept.
+			steps = schedule(run.phases, 1, false, cfg.AttachBaseline)
+			for i := range steps {
+				steps[i].round = run.round
+			}
+			if len(runs) > 1 && dir != "" {
+				dir = filepath.Join(dir, stepLabel(run.phases[0], run.round, cfg.Rounds))
+			}
+		} else {
+			steps = schedule(run.phases, cfg.Rounds, true, cfg.AttachBaseline)
 		}
-		p, err := runGroup(ctx, cfg, phases, dir, rep, logf)
+		p, err := runGroup(ctx, cfg, run.phases, steps, dir, rep, logf)
 		problems = append(problems, p...)
 		if err != nil {
 			// What an earlier control plane's check found stays in the report.
@@ -194,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Headline = Headline(rep.Steps)
-	if len(groups) > 1 {
+	if len(runs) > 1 {
 		rep.StateDir = cfg.Dir
 	}
 	rep.Check = CheckResult{OK: len(problems) == 0, Problems: problems}
@@ -225,9 +264,9 @@ func phaseGroups(phases []string, fresh bool) [][]string {
 	return out
 }
 
-// runGroup runs phases on a sandbox of their own and checks every Service's addresses at the
-// end; it returns the check's problems.
-func runGroup(ctx context.Context, cfg Config, phases []string, dir string, rep *Report, logf func(string, ...any)) ([]string, error) {
+// runGroup runs the steps of phases on a sandbox of their own and checks every Service's
+// addresses at the end; it returns the check's problems.
+func runGroup(ctx context.Context, cfg Config, phases []string, steps []plannedStep, dir string, rep *Report, logf func(string, ...any)) ([]string, error) {
 	logf("starting the sandbox (control plane, MetalLB, both controllers) for %s", strings.Join(phases, ", "))
 	cpOpts := controlplane.Options{Dir: dir, MetalLBVersion: cfg.MetalLBVersion}
 	if cfg.ProfileDir != "" {
@@ -252,13 +291,13 @@ func runGroup(ctx context.Context, cfg Config, phases []string, dir string, rep 
 	if err := r.setup(ctx); err != nil {
 		return nil, fmt.Errorf("setting up pools and class: %w", err)
 	}
-	runErr := r.runPhases(ctx, rep, phases)
+	runErr := r.runSteps(ctx, rep, steps)
 	rep.recordPeaks(r)
 	if runErr != nil {
 		return nil, runErr
 	}
 	logf("checking every Service's addresses")
-	return r.check(ctx, phases)
+	return r.check(ctx)
 }
 
 type runner struct {
@@ -272,7 +311,10 @@ type runner struct {
 	tracker tracker
 	// procs are the processes measured, by name.
 	procs map[string]*controlplane.Process
-	// claimIPs are the claims' addresses once the claims phase is done.
+	// kept maps each phase whose last round has run to its objects' name prefix: they stay
+	// in the cluster, and the final check reads them.
+	kept map[string]string
+	// claimIPs are the kept claims' addresses once the claims phase is done.
 	claimIPs map[string][]string
 
 	mu    sync.Mutex
@@ -325,7 +367,7 @@ func newRunner(ctx context.Context, cfg Config, s *sandbox.Sandbox, logf func(st
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, s: s, logf: logf, cl: cl, cache: c, procs: map[string]*controlplane.Process{}}
+	r := &runner{cfg: cfg, s: s, logf: logf, cl: cl, cache: c, procs: map[string]*controlplane.Process{}, kept: map[string]string{}}
 	limit := rate.Limit(cfg.Rate)
 	if cfg.Rate <= 0 {
 		limit = rate.Inf
@@ -418,50 +460,112 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// runPhases runs the phases, each (but the first) preceded by its same-population baseline,
-// unless the run is Fresh (no baselines: nothing is deleted).
-func (r *runner) runPhases(ctx context.Context, rep *Report, phases []string) error {
-	n := r.cfg.N
-	for i, phase := range phases {
-		if !r.cfg.Fresh && (i > 0 || phase != PhasePlain) {
-			prefix := "base-" + phase + "-"
-			step, err := r.measure(ctx, "baseline-"+phase, PhasePlain, prefix, n,
-				func(ctx context.Context, j int) error {
-					return r.cl.Create(ctx, plainService(objectName(prefix, j)))
-				}, hasIngress)
-			rep.add(step)
-			if err != nil {
-				return err
-			}
-			if err := r.deleteServices(ctx, prefix, n); err != nil {
-				return err
-			}
-		}
-		var step *Step
-		var err error
-		switch phase {
-		case PhasePlain:
-			step, err = r.measure(ctx, PhasePlain, PhasePlain, "plain-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, plainService(objectName("plain-", j)))
-			}, hasIngress)
-		case PhaseClaims:
-			step, err = r.measure(ctx, PhaseClaims, PhaseClaims, "claim-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, newClaim(objectName("claim-", j)))
-			}, claimBound)
-			if err == nil {
-				err = r.recordClaims(ctx)
-			}
-		case PhaseAttach:
-			step, err = r.measure(ctx, PhaseAttach, PhaseAttach, "attach-", n, func(ctx context.Context, j int) error {
-				return r.cl.Create(ctx, attachService(objectName("attach-", j), objectName("claim-", j)))
-			}, r.showsClaimIPs)
-		}
+// runSteps runs the steps in order; after each step whose objects are not kept, it deletes
+// them and waits until they are gone, so that the next step starts at the population this
+// one did.
+func (r *runner) runSteps(ctx context.Context, rep *Report, steps []plannedStep) error {
+	for _, ps := range steps {
+		prefix := objectPrefix(ps, r.cfg.Rounds)
+		step, err := r.runStep(ctx, ps, prefix)
 		rep.add(step)
 		if err != nil {
 			return err
 		}
+		if ps.keep {
+			r.kept[ps.name] = prefix
+			continue
+		}
+		if err := r.remove(ctx, ps, prefix, step.PopulationAtStart); err != nil {
+			return fmt.Errorf("%s: deleting its objects: %w", stepLabel(ps.name, ps.round, r.cfg.Rounds), err)
+		}
 	}
 	return nil
+}
+
+// runStep measures one step: what it creates and when an object of it is done.
+func (r *runner) runStep(ctx context.Context, ps plannedStep, prefix string) (*Step, error) {
+	spec := stepSpec{plannedStep: ps, label: stepLabel(ps.name, ps.round, r.cfg.Rounds), prefix: prefix, n: r.cfg.N}
+	switch {
+	case ps.pinned:
+		// The IPs are picked once the cluster is quiet, when every deleted Service's IP is free
+		// in MetalLB too.
+		var ips []string
+		spec.prepare = func(ctx context.Context) error {
+			var err error
+			ips, err = r.freePlainIPs(ctx, spec.n)
+			return err
+		}
+		spec.create = func(ctx context.Context, j int) error {
+			return r.cl.Create(ctx, pinnedService(objectName(prefix, j), ips[j]))
+		}
+		spec.done = showsPin
+	case ps.kind == PhasePlain:
+		spec.create = func(ctx context.Context, j int) error {
+			return r.cl.Create(ctx, plainService(objectName(prefix, j)))
+		}
+		spec.done = hasIngress
+	case ps.kind == PhaseClaims:
+		spec.create = func(ctx context.Context, j int) error {
+			return r.cl.Create(ctx, newClaim(objectName(prefix, j)))
+		}
+		spec.done = claimBound
+	case ps.kind == PhaseAttach:
+		claims, ok := r.kept[PhaseClaims]
+		if !ok {
+			return nil, fmt.Errorf("%s: no claims to attach", spec.label)
+		}
+		spec.create = func(ctx context.Context, j int) error {
+			return r.cl.Create(ctx, attachService(objectName(prefix, j), objectName(claims, j)))
+		}
+		spec.done = r.showsClaimIPs
+	default:
+		return nil, fmt.Errorf("unknown step %q", ps.name)
+	}
+	step, err := r.measure(ctx, spec)
+	if err == nil && ps.kind == PhaseClaims && ps.keep {
+		err = r.recordClaims(ctx, prefix)
+	}
+	return step, err
+}
+
+// freePlainIPs picks n IPs of the plain pool that no Service shows or pins.
+func (r *runner) freePlainIPs(ctx context.Context, n int) ([]string, error) {
+	l, err := r.s.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	used := map[netip.Addr]bool{}
+	for i := range l.Items {
+		svc := &l.Items[i]
+		for _, ip := range append(ingressIPs(svc), strings.Split(svc.Annotations[pinAnno], ",")...) {
+			if a, err := netip.ParseAddr(strings.TrimSpace(ip)); err == nil {
+				used[a] = true
+			}
+		}
+	}
+	ips := freeIPs(netip.MustParsePrefix(PlainRange), used, n)
+	if len(ips) < n {
+		return nil, fmt.Errorf("the plain pool has %d free IPs, %d wanted", len(ips), n)
+	}
+	return ips, nil
+}
+
+// remove deletes a step's objects and waits until the cluster is back at the population the
+// step began with: for claims, until their addresses and placeholders are gone too; for attach
+// Services, until each kept claim's address is held by the driver again.
+func (r *runner) remove(ctx context.Context, ps plannedStep, prefix string, population int) error {
+	label := stepLabel(ps.name, ps.round, r.cfg.Rounds)
+	n := r.cfg.N
+	switch ps.kind {
+	case PhaseClaims:
+		return r.deleteClaims(ctx, label, prefix, n, population)
+	case PhaseAttach:
+		if err := r.deleteServices(ctx, label, prefix, n); err != nil {
+			return err
+		}
+		return r.waitHeld(ctx, label)
+	}
+	return r.deleteServices(ctx, label, prefix, n)
 }
 
 func lbService(name string, annotations map[string]string) *corev1.Service {
@@ -480,6 +584,12 @@ func lbService(name string, annotations map[string]string) *corev1.Service {
 // address from an autoAssign: false pool.
 func plainService(name string) *corev1.Service {
 	return lbService(name, map[string]string{poolAnno: PlainPool})
+}
+
+// pinnedService asks MetalLB for one given IP the way the driver pins an attached Service to
+// its claim's: metallb.io/loadBalancerIPs alone, no pool.
+func pinnedService(name, ip string) *corev1.Service {
+	return lbService(name, map[string]string{pinAnno: ip})
 }
 
 // attachService names a claim.
@@ -507,6 +617,15 @@ func hasIngress(o client.Object) bool {
 	return ok && len(ingressIPs(svc)) > 0
 }
 
+// showsPin: a pinned Service is done when it shows exactly the IPs it pins.
+func showsPin(o client.Object) bool {
+	svc, ok := o.(*corev1.Service)
+	if !ok || svc.Annotations[pinAnno] == "" {
+		return false
+	}
+	return sameSet(ingressIPs(svc), strings.Split(svc.Annotations[pinAnno], ","))
+}
+
 func claimBound(o client.Object) bool {
 	c, ok := o.(*ipamv1.IPAddressClaim)
 	return ok && c.Status.Phase == ipamv1.ClaimBound
@@ -530,27 +649,51 @@ func (r *runner) showsClaimIPs(o client.Object) bool {
 	return len(want) > 0 && sameSet(ingressIPs(svc), want)
 }
 
-// recordClaims remembers every claim's addresses (read uncached) for the attach phase and the
-// final check.
-func (r *runner) recordClaims(ctx context.Context) error {
-	var list ipamv1.IPAddressClaimList
-	if err := r.cl.List(ctx, &list, client.InNamespace(Namespace)); err != nil {
+// recordClaims remembers the addresses of the claims named with prefix (read uncached) for the
+// attach phase and the final check.
+func (r *runner) recordClaims(ctx context.Context, prefix string) error {
+	ips, err := r.claimAddressesOf(ctx, prefix)
+	if err != nil {
 		return err
-	}
-	ips := map[string][]string{}
-	for i := range list.Items {
-		ips[list.Items[i].Name] = claimAddresses(&list.Items[i])
 	}
 	r.claimIPs = ips
 	return nil
 }
 
+// claimAddressesOf reads the addresses of the claims named with prefix, by claim name.
+func (r *runner) claimAddressesOf(ctx context.Context, prefix string) (map[string][]string, error) {
+	var list ipamv1.IPAddressClaimList
+	if err := r.cl.List(ctx, &list, client.InNamespace(Namespace)); err != nil {
+		return nil, err
+	}
+	ips := map[string][]string{}
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Name, prefix) {
+			ips[list.Items[i].Name] = claimAddresses(&list.Items[i])
+		}
+	}
+	return ips, nil
+}
+
+// stepSpec is what measure needs of a step.
+type stepSpec struct {
+	plannedStep
+	// label names the step in logs and profiles (stepLabel); prefix its objects.
+	label, prefix string
+	n             int
+	// prepare, when set, runs once the cluster is quiet, before the step is timed.
+	prepare func(context.Context) error
+	// create creates the j-th object; done says whether an object is done.
+	create func(context.Context, int) error
+	done   func(client.Object) bool
+}
+
 // measure runs one step: n creates through the shared client, until done holds for each
 // object (or the phase timeout), then waits for the controllers and MetalLB to go quiet, and
 // reads what happened in between.
-func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
-	create func(context.Context, int) error, done func(client.Object) bool) (*Step, error) {
-	step := &Step{Name: name, Kind: kind, N: n}
+func (r *runner) measure(ctx context.Context, spec stepSpec) (*Step, error) {
+	name, kind, prefix, n, create, done := spec.label, spec.kind, spec.prefix, spec.n, spec.create, spec.done
+	step := &Step{Name: spec.name, Kind: kind, Round: spec.round, N: n}
 	// Start from a quiet cluster: a Service deletion (a baseline's clean-up) makes MetalLB
 	// rewrite the status of every Service it tracks, pass after pass while deletions race with
 	// it, and such a pass must not run into the next step's timing.
@@ -562,6 +705,11 @@ func (r *runner) measure(ctx context.Context, name, kind, prefix string, n int,
 	var err error
 	if step.PopulationAtStart, err = r.countServices(ctx); err != nil {
 		return step, err
+	}
+	if spec.prepare != nil {
+		if err := spec.prepare(ctx); err != nil {
+			return step, fmt.Errorf("%s: %w", name, err)
+		}
 	}
 	before := r.snapshot(ctx)
 	r.resetPeaks()
@@ -710,32 +858,126 @@ func retry(ctx context.Context, f func() error) error {
 	return err
 }
 
-// deleteServices deletes a baseline's Services (same client and pacing) and waits until they
-// are gone, so that the next phase starts at the population its baseline had.
-func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error {
-	r.logf("deleting the baseline's %d Services", n)
+// deleteServices deletes a step's Services (same client and pacing) and waits until they are
+// gone, so that the next step starts at the population this one had.
+func (r *runner) deleteServices(ctx context.Context, label, prefix string, n int) error {
+	r.logf("%s: deleting its %d Services", label, n)
 	if _, err := r.createAll(ctx, n, func(ctx context.Context, j int) error {
 		return r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: objectName(prefix, j)}})
 	}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(r.cfg.PhaseTimeout)
-	for {
+	return r.waitUntil(ctx, func(ctx context.Context) (string, error) {
 		var l corev1.ServiceList
 		if err := r.cache.List(ctx, &l); err != nil {
-			return err
+			return "", err
+		}
+		if left := countPrefixed(l.Items, prefix); left > 0 {
+			return fmt.Sprintf("%d Services still there", left), nil
+		}
+		return "", nil
+	}) // the next step waits until everything is quiet
+}
+
+// deleteClaims deletes a claims round's claims and waits until they are gone, with their
+// addresses and the driver's Services for them (the population is back to what it was before
+// the round), so that the next round starts where this one did.
+func (r *runner) deleteClaims(ctx context.Context, label, prefix string, n, population int) error {
+	byClaim, err := r.claimAddressesOf(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	ips := map[string]bool{}
+	for _, list := range byClaim {
+		for _, ip := range list {
+			ips[ip] = true
+		}
+	}
+	r.logf("%s: deleting its %d claims", label, n)
+	if _, err := r.createAll(ctx, n, func(ctx context.Context, j int) error {
+		return r.cl.Delete(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: objectName(prefix, j)}})
+	}); err != nil {
+		return err
+	}
+	return r.waitUntil(ctx, func(ctx context.Context) (string, error) {
+		var claims ipamv1.IPAddressClaimList
+		if err := r.cache.List(ctx, &claims); err != nil {
+			return "", err
+		}
+		if left := countPrefixed(claims.Items, prefix); left > 0 {
+			return fmt.Sprintf("%d claims still there", left), nil
+		}
+		var addrs ipamv1.IPAddressList
+		if err := r.cl.List(ctx, &addrs); err != nil {
+			return "", err
 		}
 		left := 0
-		for i := range l.Items {
-			if strings.HasPrefix(l.Items[i].Name, prefix) {
+		for i := range addrs.Items {
+			if ips[addrs.Items[i].Spec.Address] {
 				left++
 			}
 		}
-		if left == 0 {
-			break
+		if left > 0 {
+			return fmt.Sprintf("%d of their %d addresses still there", left, len(ips)), nil
+		}
+		pop, err := r.countServices(ctx)
+		if err != nil {
+			return "", err
+		}
+		if pop > population {
+			return fmt.Sprintf("%d Services in the cluster, %d before the round", pop, population), nil
+		}
+		return "", nil
+	})
+}
+
+// waitHeld waits until every kept claim's address is held by the driver's placeholder again
+// (attached to nothing, Held for the reason Held), as it was before an attach round.
+func (r *runner) waitHeld(ctx context.Context, label string) error {
+	ips := map[string]bool{}
+	for _, list := range r.claimIPs {
+		for _, ip := range list {
+			ips[ip] = true
+		}
+	}
+	r.logf("%s: waiting until the driver holds the claims' %d addresses again", label, len(ips))
+	return r.waitUntil(ctx, func(ctx context.Context) (string, error) {
+		var addrs ipamv1.IPAddressList
+		if err := r.cl.List(ctx, &addrs); err != nil {
+			return "", err
+		}
+		held := 0
+		for i := range addrs.Items {
+			a := &addrs.Items[i]
+			c := meta.FindStatusCondition(a.Status.Conditions, ipamv1.ConditionHeld)
+			if ips[a.Spec.Address] && a.Status.AttachedTo == nil && c != nil && c.Status == metav1.ConditionTrue && c.Reason == reasonHeld {
+				held++
+			}
+		}
+		if held < len(ips) {
+			return fmt.Sprintf("%d of %d addresses held", held, len(ips)), nil
+		}
+		return "", nil
+	})
+}
+
+// reasonHeld is the reason of the driver's Held condition when its placeholder holds the IP.
+const reasonHeld = "Held"
+
+// waitUntil polls left every half second until it reports nothing left, for at most the
+// phase timeout; the error then says what was left.
+func (r *runner) waitUntil(ctx context.Context, left func(context.Context) (string, error)) error {
+	deadline := time.Now().Add(r.cfg.PhaseTimeout)
+	for {
+		what, err := left(ctx)
+		if err != nil {
+			return err
+		}
+		if what == "" {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d baseline Services still there", left)
+			return fmt.Errorf("after %s, %s", r.cfg.PhaseTimeout, what)
 		}
 		select {
 		case <-ctx.Done():
@@ -743,7 +985,20 @@ func (r *runner) deleteServices(ctx context.Context, prefix string, n int) error
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return nil // the next step waits until everything is quiet
+}
+
+// countPrefixed counts the objects whose name starts with prefix.
+func countPrefixed[T any, PT interface {
+	*T
+	GetName() string
+}](items []T, prefix string) int {
+	n := 0
+	for i := range items {
+		if strings.HasPrefix(PT(&items[i]).GetName(), prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // countServices counts the Services in the cluster (every namespace): the population MetalLB
@@ -974,8 +1229,8 @@ func (r *runner) resetPeaks() {
 }
 
 // check lists every Service of the cluster and every claim, and compares them with what the
-// phases that ran promise.
-func (r *runner) check(ctx context.Context, phases []string) ([]string, error) {
+// kept rounds of the phases that ran promise.
+func (r *runner) check(ctx context.Context) ([]string, error) {
 	svcs, err := r.s.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -986,17 +1241,19 @@ func (r *runner) check(ctx context.Context, phases []string) ([]string, error) {
 		got = append(got, ServiceIPs{Key: s.Namespace + "/" + s.Name, IPs: ingressIPs(s), SharingKey: s.Annotations["metallb.io/allow-shared-ip"]})
 	}
 	want := Expectations{Attached: map[string][]string{}, Claims: map[string][]string{}}
+	plain, hasPlain := r.kept[PhasePlain]
+	attach, hasAttach := r.kept[PhaseAttach]
+	claims, hasClaims := r.kept[PhaseClaims]
 	for j := range r.cfg.N {
-		if slices.Contains(phases, PhasePlain) {
-			want.Plain = append(want.Plain, fmt.Sprintf("%s/plain-%05d", Namespace, j))
+		if hasPlain {
+			want.Plain = append(want.Plain, Namespace+"/"+objectName(plain, j))
 		}
-		if slices.Contains(phases, PhaseAttach) {
-			claim := fmt.Sprintf("claim-%05d", j)
-			want.Attached[fmt.Sprintf("%s/attach-%05d", Namespace, j)] = r.claimIPs[claim]
+		if hasAttach {
+			want.Attached[Namespace+"/"+objectName(attach, j)] = r.claimIPs[objectName(claims, j)]
 		}
 	}
-	if slices.Contains(phases, PhaseClaims) {
-		if err := r.recordClaims(ctx); err != nil {
+	if hasClaims {
+		if err := r.recordClaims(ctx, claims); err != nil {
 			return nil, err
 		}
 		for name, ips := range r.claimIPs {

@@ -352,9 +352,9 @@ func TestHeadline(t *testing.T) {
 	steps := []*Step{step("plain", 50), step("baseline-claims", 60), step("claims", 120), step("baseline-attach", 80), step("attach", 200)}
 	got := Headline(steps)
 	want := []Ratio{
-		{Phase: "plain", Measure: "time", Seconds: 50, BaselineSeconds: 50, VsBaseline: 1, Target: "1.00 (the baseline)"},
-		{Phase: "claims", Measure: "rate", Seconds: 120, BaselineSeconds: 60, VsBaseline: 0.5, EmptySeconds: 50, VsEmpty: 50.0 / 120, Target: "≥ 0.8"},
-		{Phase: "attach", Measure: "time", Seconds: 200, BaselineSeconds: 80, VsBaseline: 2.5, EmptySeconds: 50, VsEmpty: 4, Target: "≤ 1.25"},
+		{Phase: "plain", Measure: "time", Seconds: one(50), BaselineSeconds: one(50), VsBaseline: one(1), Target: "1.00 (the baseline)"},
+		{Phase: "claims", Measure: "rate", Baseline: "pool", Seconds: one(120), BaselineSeconds: one(60), VsBaseline: one(0.5), EmptySeconds: one(50), VsEmpty: one(50.0 / 120), Target: "≥ 0.8"},
+		{Phase: "attach", Measure: "time", Baseline: "pool", Seconds: one(200), BaselineSeconds: one(80), VsBaseline: one(2.5), EmptySeconds: one(50), VsEmpty: one(4), Target: "≤ 1.25"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -370,14 +370,17 @@ func TestHeadline(t *testing.T) {
 	fresh := []*Step{step("plain", 50), step("claims", 100), step("attach", 200)}
 	fresh[0].PopulationAtStart, fresh[1].PopulationAtStart, fresh[2].PopulationAtStart = 1, 1, 11
 	want = []Ratio{
-		{Phase: "plain", Measure: "time", Seconds: 50, BaselineSeconds: 50, VsBaseline: 1, Target: "1.00 (the baseline)"},
-		{Phase: "claims", Measure: "rate", Seconds: 100, BaselineSeconds: 50, VsBaseline: 0.5, EmptySeconds: 50, VsEmpty: 0.5, Target: "≥ 0.8"},
-		{Phase: "attach", Measure: "time", Seconds: 200, EmptySeconds: 50, VsEmpty: 4, Target: "≤ 1.25"},
+		{Phase: "plain", Measure: "time", Seconds: one(50), BaselineSeconds: one(50), VsBaseline: one(1), Target: "1.00 (the baseline)"},
+		{Phase: "claims", Measure: "rate", Baseline: "pool", Seconds: one(100), BaselineSeconds: one(50), VsBaseline: one(0.5), EmptySeconds: one(50), VsEmpty: one(0.5), Target: "≥ 0.8"},
+		{Phase: "attach", Measure: "time", Seconds: one(200), EmptySeconds: one(50), VsEmpty: one(4), Target: "≤ 1.25"},
 	}
 	if diff := cmp.Diff(want, Headline(fresh)); diff != "" {
 		t.Errorf("fresh run (-want +got):\n%s", diff)
 	}
 }
+
+// one is a figure of a single round.
+func one(v float64) *Stat { return &Stat{Median: v, Min: v, Max: v, Rounds: []float64{v}} }
 
 func TestPhaseGroups(t *testing.T) {
 	for _, tt := range []struct {
@@ -442,7 +445,7 @@ func TestWriteTextAndPlot(t *testing.T) {
 	rep.Headline = Headline(rep.Steps)
 	var buf bytes.Buffer
 	rep.WriteText(&buf)
-	if !strings.Contains(buf.String(), "| plain | 1.5 s |") {
+	if !strings.Contains(buf.String(), "| plain | 1 | 1.5 s | itself |") {
 		t.Errorf("headline row missing:\n%s", buf.String())
 	}
 	path := t.TempDir() + "/plot.png"

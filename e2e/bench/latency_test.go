@@ -74,7 +74,7 @@ func TestCreateToDoneAndLatency(t *testing.T) {
 
 // The headline carries each phase's latencies beside its baseline's, and their ratios (phase
 // over baseline, for claims too, whose time ratio is the other way round); a phase without a
-// baseline, or a baseline without latencies, gets none.
+// baseline, or a baseline without latencies, gets none, but keeps its own.
 func TestHeadlineLatencies(t *testing.T) {
 	lat := func(p50, p99, maxS float64) *Latency {
 		return &Latency{Count: 10, P50Seconds: p50, P99Seconds: p99, MaxSeconds: maxS}
@@ -83,54 +83,71 @@ func TestHeadlineLatencies(t *testing.T) {
 		{Name: "plain", Kind: PhasePlain, N: 10, Done: 10, Seconds: 50, Latency: lat(2, 4, 5)},
 		{Name: "baseline-claims", Kind: PhasePlain, N: 10, Done: 10, Seconds: 60}, // no latencies (an older report)
 		{Name: "claims", Kind: PhaseClaims, N: 10, Done: 10, Seconds: 120, Latency: lat(20, 40, 50)},
-		{Name: "baseline-attach", Kind: PhasePlain, N: 10, Done: 10, Seconds: 80, Latency: lat(4, 10, 20)},
+		{Name: "baseline-attach-pinned", Kind: PhasePlain, N: 10, Done: 10, Seconds: 80, Latency: lat(4, 10, 20)},
 		{Name: "attach", Kind: PhaseAttach, N: 10, Done: 10, Seconds: 200, Latency: lat(10, 15, 50)},
 	}
 	h := Headline(steps)
 	if len(h) != 3 {
 		t.Fatalf("headline: %+v", h)
 	}
-	if h[0].Latency != steps[0].Latency || h[0].P50VsBaseline != 1 || h[0].P99VsBaseline != 1 || h[0].MaxVsBaseline != 1 {
-		t.Errorf("plain is its own baseline: %+v", h[0])
+	if diff := cmp.Diff(&LatencyStats{Objects: 10, P50: one(2), P99: one(4), Max: one(5)}, h[0].Latency); diff != "" {
+		t.Errorf("plain latency (-want +got):\n%s", diff)
 	}
-	if h[1].Latency != steps[2].Latency || h[1].BaselineLatency != nil || h[1].P50VsBaseline != 0 {
+	if diff := cmp.Diff([]*Stat{one(1), one(1), one(1)}, []*Stat{h[0].P50VsBaseline, h[0].P99VsBaseline, h[0].MaxVsBaseline}); diff != "" {
+		t.Errorf("plain is its own baseline (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&LatencyStats{Objects: 10, P50: one(20), P99: one(40), Max: one(50)}, h[1].Latency); diff != "" {
+		t.Errorf("claims' create to Bound (-want +got):\n%s", diff)
+	}
+	if h[1].BaselineLatency != nil || h[1].P50VsBaseline != nil {
 		t.Errorf("claims without a baseline latency: %+v", h[1])
 	}
 	a := h[2]
-	if a.Latency != steps[4].Latency || a.BaselineLatency != steps[3].Latency ||
-		a.P50VsBaseline != 2.5 || a.P99VsBaseline != 1.5 || a.MaxVsBaseline != 2.5 {
-		t.Errorf("attach: %+v, want its and baseline-attach's latencies, ratios 2.5 / 1.5 / 2.5", a)
+	if a.Baseline != AttachBaselinePinned {
+		t.Errorf("attach's baseline %q, want pinned", a.Baseline)
+	}
+	if diff := cmp.Diff(&LatencyStats{Objects: 10, P50: one(4), P99: one(10), Max: one(20)}, a.BaselineLatency); diff != "" {
+		t.Errorf("attach's baseline latency (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]*Stat{one(2.5), one(1.5), one(2.5)}, []*Stat{a.P50VsBaseline, a.P99VsBaseline, a.MaxVsBaseline}); diff != "" {
+		t.Errorf("attach latency ratios (-want +got):\n%s", diff)
 	}
 }
 
-// The report's text shows the latencies in the headline (with the baseline's and the ratios)
-// and in each step's row.
+// The report's text shows the latencies in the headline, a row per percentile (with the
+// baseline's and the ratios), and in each step's row beside its time.
 func TestWriteTextShowsLatencies(t *testing.T) {
-	rep := &Report{Config: ReportConfig{N: 300}, Versions: versions("v0.16.1")}
+	rep := &Report{Config: ReportConfig{N: 300, Rounds: 1}, Versions: versions("v0.16.1")}
 	rep.Steps = []*Step{
 		{Name: "plain", Kind: PhasePlain, N: 300, Done: 300, Seconds: 20, Settled: true, QuietAtStart: true,
 			Latency: &Latency{Count: 300, P50Seconds: 0.85, P99Seconds: 3.2, MaxSeconds: 3.5}},
-		{Name: "claims", Kind: PhaseClaims, N: 300, Done: 300, Seconds: 30, PerSecond: 10, Settled: true, QuietAtStart: true},
-		{Name: "baseline-attach", Kind: PhasePlain, N: 300, Done: 300, Seconds: 20, Settled: true, QuietAtStart: true,
-			Latency: &Latency{Count: 300, P50Seconds: 2, P99Seconds: 8, MaxSeconds: 9}},
+		{Name: "baseline-claims", Kind: PhasePlain, N: 300, Done: 300, Seconds: 20, Settled: true, QuietAtStart: true},
+		{Name: "claims", Kind: PhaseClaims, N: 300, Done: 300, Seconds: 30, PerSecond: 10, Settled: true, QuietAtStart: true,
+			Latency: &Latency{Count: 300, P50Seconds: 6, P99Seconds: 12, MaxSeconds: 13}},
+		{Name: "baseline-attach-pinned", Kind: PhasePlain, N: 300, Done: 300, Seconds: 20, Settled: true, QuietAtStart: true},
 		{Name: "attach", Kind: PhaseAttach, N: 300, Done: 300, Seconds: 40, PerSecond: 7.5, Settled: true, QuietAtStart: true,
 			Latency: &Latency{Count: 300, P50Seconds: 5, P99Seconds: 24, MaxSeconds: 27}},
 	}
+	rep.Steps[3].Latency = &Latency{Count: 300, P50Seconds: 2, P99Seconds: 8, MaxSeconds: 9}
 	rep.Headline = Headline(rep.Steps)
 	var buf bytes.Buffer
 	rep.WriteText(&buf)
 	out := buf.String()
 	for _, want := range []string{
-		"| attach | its claim's address | 300 | 5.0 s / 24.0 s / 27.0 s | 2.0 s / 8.0 s / 9.0 s | 2.50× / 3.00× / 3.00× |",
-		"| plain | any address | 300 | 850 ms / 3.2 s / 3.5 s | 850 ms / 3.2 s / 3.5 s | 1.00× / 1.00× / 1.00× |",
+		"| attach | its claim's address | 300 | p50 | 5.0 s | pinned IPs | 2.0 s | 2.50× |",
+		"| attach | its claim's address | 300 | p99 | 24.0 s | pinned IPs | 8.0 s | 3.00× |",
+		"| attach | its claim's address | 300 | max | 27.0 s | pinned IPs | 9.0 s | 3.00× |",
+		"| plain | any address | 300 | p50 | 850 ms | itself | 850 ms | 1.00× |",
+		"| claims | Bound | 300 | p99 | 12.0 s | any IP of the pool | - | - |", // a baseline without latencies
 		"| attach | 0 | 40.0 s | 7.5 | 5.0 s / 24.0 s / 27.0 s |",
-		"| claims | 0 | 30.0 s | 10.0 | - |", // a step without latencies shows none
+		"| claims | 0 | 30.0 s | 10.0 | 6.0 s / 12.0 s / 13.0 s |",
+		"| baseline-claims | 0 | 20.0 s | 0.0 | - |", // a step without latencies shows none
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "| claims | Bound |") {
-		t.Errorf("a phase without latencies has a latency row:\n%s", out)
+	if strings.Contains(out, "median over") || strings.Contains(out, "–") {
+		t.Errorf("a run of one round shows spreads:\n%s", out)
 	}
 }

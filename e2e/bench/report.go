@@ -19,7 +19,8 @@ type Report struct {
 	Versions map[string]string `json:"versions"`
 	Config   ReportConfig      `json:"config"`
 	StateDir string            `json:"stateDir,omitempty"`
-	// Headline holds the ratios against plain MetalLB, one per phase.
+	// Headline holds the ratios against plain MetalLB, one per phase and baseline, each a
+	// median over the rounds with its spread.
 	Headline []Ratio `json:"headline"`
 	Steps    []*Step `json:"steps"`
 	// PeakRSSMiB is each process's highest resident set over the whole run (VmHWM).
@@ -34,6 +35,11 @@ type ReportConfig struct {
 	Concurrency  int      `json:"concurrency"`
 	Rate         float64  `json:"ratePerSecond"`
 	PhaseTimeout string   `json:"phaseTimeout"`
+	// Rounds is how many times each phase (and its baseline) ran.
+	Rounds int `json:"rounds"`
+	// AttachBaseline is what the attach phase's baseline Services asked MetalLB for:
+	// "pinned" (one given IP each), "pool" (any IP of the pool) or "both".
+	AttachBaseline string `json:"attachBaseline,omitempty"`
 	// Fresh: each phase group ran on a control plane of its own, with no baselines.
 	Fresh bool `json:"fresh,omitempty"`
 	// ControllerArgs are the extra flags both controllers ran with.
@@ -58,12 +64,16 @@ type CheckResult struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// Step is one measured batch: a phase or its baseline.
+// Step is one measured batch: a round of a phase or of its baseline.
 type Step struct {
+	// Name is the phase's, or its baseline's: baseline-<phase>, whose Services ask for any IP
+	// of the pool, or baseline-<phase>-pinned, whose Services pin one IP each.
 	Name string `json:"name"`
 	// Kind is the phase whose objects the step creates (a baseline is "plain").
 	Kind string `json:"kind"`
-	N    int    `json:"n"`
+	// Round counts the step's rounds from 1 (0 in reports from before rounds, read as 1).
+	Round int `json:"round,omitempty"`
+	N     int `json:"n"`
 	// PopulationAtStart is the number of Services in the cluster when the step began.
 	PopulationAtStart int `json:"servicesAtStart"`
 	// Seconds runs from the first create to the last object done; PerSecond is N over it.
@@ -135,30 +145,37 @@ type ProcStep struct {
 	EverRSSMiB float64 `json:"peakRSSSinceStartMiB"`
 }
 
-// Ratio is a phase against plain MetalLB.
+// Ratio is a phase against plain MetalLB, over the rounds: each figure is one value per round
+// summarized as a Stat (median, smallest and largest round), and each ratio is computed round
+// by round (the phase against the baseline step of the same round) before it is summarized.
 type Ratio struct {
 	Phase string `json:"phase"`
 	// Measure is "rate" (plain time over phase time: higher is better) or "time" (phase time
 	// over plain time: lower is better).
-	Measure string  `json:"measure"`
-	Seconds float64 `json:"seconds"`
-	// BaselineSeconds is the plain batch measured right before the phase, at the same
-	// population of Services; VsBaseline the headline ratio against it.
-	BaselineSeconds float64 `json:"baselineSeconds"`
-	VsBaseline      float64 `json:"vsBaseline"`
-	// EmptySeconds is the plain phase on the empty cluster (when it ran); VsEmpty the ratio
-	// against it, which flatters MetalLB.
-	EmptySeconds float64 `json:"emptyPlainSeconds,omitempty"`
-	VsEmpty      float64 `json:"vsEmptyPlain,omitempty"`
-	Target       string  `json:"target"`
+	Measure string `json:"measure"`
+	// Baseline says what the baseline's Services asked MetalLB for: "pool" (any IP of the pool)
+	// or "pinned" (one given IP each, with metallb.io/loadBalancerIPs, as the driver pins);
+	// empty for the plain phase, which is its own baseline, and for a phase without one.
+	Baseline string `json:"baseline,omitempty"`
+	Target   string `json:"target"`
+	// Seconds is the phase's time, over the rounds that finished.
+	Seconds *Stat `json:"seconds"`
+	// BaselineSeconds is the plain batch measured right before each round of the phase, at
+	// the same population of Services; VsBaseline the headline ratio against it.
+	BaselineSeconds *Stat `json:"baselineSeconds,omitempty"`
+	VsBaseline      *Stat `json:"vsBaseline,omitempty"`
+	// EmptySeconds is the plain phase on the empty cluster (when it ran); VsEmpty the ratio,
+	// round by round, against it, which flatters MetalLB.
+	EmptySeconds *Stat `json:"emptyPlainSeconds,omitempty"`
+	VsEmpty      *Stat `json:"vsEmptyPlain,omitempty"`
 	// Latency is the phase's per-object time from create to done, BaselineLatency the same
-	// baseline's (create to any address); the ratios are phase over baseline (lower is better)
-	// whatever Measure says, zero without a baseline.
-	Latency         *Latency `json:"latency,omitempty"`
-	BaselineLatency *Latency `json:"baselineLatency,omitempty"`
-	P50VsBaseline   float64  `json:"p50VsBaseline,omitempty"`
-	P99VsBaseline   float64  `json:"p99VsBaseline,omitempty"`
-	MaxVsBaseline   float64  `json:"maxVsBaseline,omitempty"`
+	// baseline's (create to an address); the ratios are phase over baseline, round by round
+	// (lower is better) whatever Measure says, nil without a baseline.
+	Latency         *LatencyStats `json:"latency,omitempty"`
+	BaselineLatency *LatencyStats `json:"baselineLatency,omitempty"`
+	P50VsBaseline   *Stat         `json:"p50VsBaseline,omitempty"`
+	P99VsBaseline   *Stat         `json:"p99VsBaseline,omitempty"`
+	MaxVsBaseline   *Stat         `json:"maxVsBaseline,omitempty"`
 }
 
 func newReport(cfg Config) *Report {
@@ -167,9 +184,18 @@ func newReport(cfg Config) *Report {
 		Commit:   commit(),
 		Machine:  func() Machine { m := machine(); m.LoadAvgStart = loadAvg(); return m }(),
 		Versions: versions(cfg.MetalLBVersion),
-		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Concurrency: cfg.Concurrency, Rate: cfg.Rate, ControllerArgs: cfg.ControllerArgs,
-			PhaseTimeout: cfg.PhaseTimeout.String(), Fresh: cfg.Fresh},
+		Config: ReportConfig{N: cfg.N, Phases: cfg.Phases, Rounds: cfg.Rounds, Concurrency: cfg.Concurrency, Rate: cfg.Rate, ControllerArgs: cfg.ControllerArgs,
+			PhaseTimeout: cfg.PhaseTimeout.String(), Fresh: cfg.Fresh, AttachBaseline: attachBaselineOf(cfg)},
 	}
+}
+
+// attachBaselineOf is the attach baseline a run measures: none without the attach phase or
+// with Fresh (no baselines).
+func attachBaselineOf(cfg Config) string {
+	if cfg.Fresh || !slices.Contains(cfg.Phases, PhaseAttach) {
+		return ""
+	}
+	return cfg.AttachBaseline
 }
 
 func (rep *Report) add(s *Step) {
@@ -190,61 +216,137 @@ func (rep *Report) recordPeaks(r *runner) {
 	}
 }
 
-// Headline computes each completed phase's ratios against its same-population baseline and
-// against the plain phase on the empty cluster. Without a baseline step, a phase that started
-// at the plain phase's population (a Fresh run) has the plain phase as its baseline.
+// Headline computes each phase's ratios against its same-population baseline and against the
+// plain phase on the empty cluster, from the rounds that finished: one entry per phase, and for
+// attach one per baseline measured (pinned first). Each round's phase is paired with the
+// baseline step of the same round. Without a baseline step, a phase round that started at the
+// population of the same round's plain phase (a Fresh run) has that plain phase as its
+// baseline.
 func Headline(steps []*Step) []Ratio {
-	find := func(name string) *Step {
-		for _, s := range steps {
-			if s.Name == name && !s.TimedOut && s.Done == s.N && s.Seconds > 0 {
-				return s
-			}
-		}
-		return nil
-	}
-	empty := find(PhasePlain)
+	rounds := finishedRounds(steps)
+	empty := rounds[PhasePlain]
 	var out []Ratio
 	for _, phase := range AllPhases {
-		s := find(phase)
-		if s == nil {
+		own := rounds[phase]
+		if len(own) == 0 {
 			continue
 		}
-		r := Ratio{Phase: phase, Seconds: s.Seconds}
-		base := find("baseline-" + phase)
-		if phase == PhasePlain {
-			base = s
-		} else if base == nil && empty != nil && s.PopulationAtStart == empty.PopulationAtStart {
-			base = empty
+		type candidate struct {
+			kind  string
+			steps map[int]*Step
 		}
-		ratio := func(plain float64) float64 {
-			if phase == PhaseClaims {
-				return plain / s.Seconds
+		var bases []candidate
+		switch {
+		case phase == PhasePlain:
+			bases = []candidate{{"", own}}
+		case rounds[baselineName(phase, true)] != nil || rounds[baselineName(phase, false)] != nil:
+			for _, pinned := range []bool{true, false} {
+				if b := rounds[baselineName(phase, pinned)]; b != nil {
+					kind := AttachBaselinePool
+					if pinned {
+						kind = AttachBaselinePinned
+					}
+					bases = append(bases, candidate{kind, b})
+				}
 			}
-			return s.Seconds / plain
+		default:
+			// A Fresh run: the plain phase of the same round, when the phase began at its
+			// population.
+			same := map[int]*Step{}
+			for r, s := range own {
+				if e := empty[r]; e != nil && s.PopulationAtStart == e.PopulationAtStart {
+					same[r] = e
+				}
+			}
+			kind := ""
+			if len(same) > 0 {
+				kind = AttachBaselinePool
+			}
+			bases = []candidate{{kind, same}}
 		}
-		switch phase {
-		case PhasePlain:
-			r.Measure, r.Target = "time", "1.00 (the baseline)"
-		case PhaseClaims:
-			r.Measure, r.Target = "rate", "≥ 0.8"
-		case PhaseAttach:
-			r.Measure, r.Target = "time", "≤ 1.25"
+		for _, base := range bases {
+			out = append(out, ratioOf(phase, base.kind, own, base.steps, empty))
 		}
-		if base != nil {
-			r.BaselineSeconds, r.VsBaseline = base.Seconds, ratio(base.Seconds)
+	}
+	return out
+}
+
+// ratioOf summarizes one phase against one baseline over the rounds, pairing round with round.
+func ratioOf(phase, baseline string, own, base, empty map[int]*Step) Ratio {
+	r := Ratio{Phase: phase, Baseline: baseline}
+	switch phase {
+	case PhasePlain:
+		r.Measure, r.Target = "time", "1.00 (the baseline)"
+	case PhaseClaims:
+		r.Measure, r.Target = "rate", "≥ 0.8"
+	case PhaseAttach:
+		r.Measure, r.Target = "time", "≤ 1.25"
+	}
+	ratio := func(phaseSecs, plainSecs float64) float64 {
+		if phase == PhaseClaims {
+			return over(plainSecs, phaseSecs)
 		}
-		r.Latency = s.Latency
-		if base != nil && base.Latency != nil && s.Latency != nil {
-			r.BaselineLatency = base.Latency
-			r.P50VsBaseline = over(s.Latency.P50Seconds, base.Latency.P50Seconds)
-			r.P99VsBaseline = over(s.Latency.P99Seconds, base.Latency.P99Seconds)
-			r.MaxVsBaseline = over(s.Latency.MaxSeconds, base.Latency.MaxSeconds)
+		return over(phaseSecs, plainSecs)
+	}
+	var secs, baseSecs, vsBase, emptySecs, vsEmpty, p50, p99, mx []float64
+	var lat, baseLat []*Latency
+	for _, round := range sortedRounds(own) {
+		s := own[round]
+		secs = append(secs, s.Seconds)
+		lat = append(lat, s.Latency)
+		if b := base[round]; b != nil {
+			baseSecs = append(baseSecs, b.Seconds)
+			vsBase = append(vsBase, ratio(s.Seconds, b.Seconds))
+			baseLat = append(baseLat, b.Latency)
+			if s.Latency != nil && b.Latency != nil {
+				p50 = append(p50, over(s.Latency.P50Seconds, b.Latency.P50Seconds))
+				p99 = append(p99, over(s.Latency.P99Seconds, b.Latency.P99Seconds))
+				mx = append(mx, over(s.Latency.MaxSeconds, b.Latency.MaxSeconds))
+			}
 		}
-		if empty != nil && phase != PhasePlain {
-			r.EmptySeconds, r.VsEmpty = empty.Seconds, ratio(empty.Seconds)
+		if e := empty[round]; e != nil && phase != PhasePlain {
+			emptySecs = append(emptySecs, e.Seconds)
+			vsEmpty = append(vsEmpty, ratio(s.Seconds, e.Seconds))
 		}
+	}
+	r.Seconds, r.BaselineSeconds, r.VsBaseline = statOf(secs), statOf(baseSecs), statOf(vsBase)
+	r.EmptySeconds, r.VsEmpty = statOf(emptySecs), statOf(vsEmpty)
+	r.Latency = latencyStatsOf(lat)
+	if len(p50) > 0 {
+		r.BaselineLatency = latencyStatsOf(baseLat)
+		r.P50VsBaseline, r.P99VsBaseline, r.MaxVsBaseline = statOf(p50), statOf(p99), statOf(mx)
+	}
+	return r
+}
+
+// finishedRounds are the steps that finished (every object done in time), by name and round;
+// of two steps of one name and round (a report put together by hand), the first.
+func finishedRounds(steps []*Step) map[string]map[int]*Step {
+	out := map[string]map[int]*Step{}
+	for _, s := range steps {
+		if s.TimedOut || s.Done != s.N || s.Seconds <= 0 {
+			continue
+		}
+		if out[s.Name] == nil {
+			out[s.Name] = map[int]*Step{}
+		}
+		if _, dup := out[s.Name][roundOf(s)]; !dup {
+			out[s.Name][roundOf(s)] = s
+		}
+	}
+	return out
+}
+
+// roundOf is a step's round, 1 for a step from before rounds.
+func roundOf(s *Step) int { return max(s.Round, 1) }
+
+// sortedRounds are the rounds of a step, in the order they ran.
+func sortedRounds(m map[int]*Step) []int {
+	out := make([]int, 0, len(m))
+	for r := range m {
 		out = append(out, r)
 	}
+	sort.Ints(out)
 	return out
 }
 
@@ -278,32 +380,49 @@ func (rep *Report) WriteText(w io.Writer) {
 		p("Controllers' extra flags: `%s`.", strings.Join(rep.Config.ControllerArgs, " "))
 	}
 	if rep.Config.Fresh {
-		p("Fresh control planes: plain, and claims with attach, each began on an empty cluster of its own; no baselines, nothing deleted.")
+		p("Fresh control planes: plain, and claims with attach, each began on an empty cluster of its own (each round on new ones); no baselines, nothing deleted.")
+	}
+	switch rep.Config.AttachBaseline {
+	case AttachBaselinePinned:
+		p("The attach phase's baseline pins one free IP of the plain pool per Service (`metallb.io/loadBalancerIPs`), as the driver pins an attached Service.")
+	case AttachBaselineBoth:
+		p("The attach phase has two baselines: one pins a free IP of the plain pool per Service (`metallb.io/loadBalancerIPs`), as the driver pins an attached Service; the other asks for any IP of the pool.")
 	}
 	p("")
+	rounds := max(rep.Config.Rounds, 1)
 	p("### Headline")
 	p("")
-	p("| phase | time | plain at the same population | ratio | plain on the empty cluster | ratio | target |")
-	p("|---|---|---|---|---|---|---|")
+	if rounds > 1 {
+		p("Each phase ran %d times, each round right after its baseline's round; every figure is the median over the rounds, the smallest and largest round in brackets. A ratio is taken round by round (the phase against the baseline of its round), then summarized.", rounds)
+		p("")
+	}
+	p("| phase | rounds | time | baseline | plain at the same population | ratio | plain on the empty cluster | ratio | target |")
+	p("|---|---|---|---|---|---|---|---|---|")
 	for _, h := range rep.Headline {
-		p("| %s | %.1f s | %s | %s | %s | %s | %s %s |", h.Phase, h.Seconds, secs(h.BaselineSeconds), ratioText(h.VsBaseline, h.Measure),
-			secs(h.EmptySeconds), ratioText(h.VsEmpty, h.Measure), h.Measure, h.Target)
+		p("| %s | %d | %s | %s | %s | %s | %s | %s | %s %s |", h.Phase, h.Seconds.N(), h.Seconds.text("%.1f", " s"), baselineText(h), h.BaselineSeconds.text("%.1f", " s"),
+			ratioText(h.VsBaseline, h.Measure), h.EmptySeconds.text("%.1f", " s"), ratioText(h.VsEmpty, h.Measure), h.Measure, h.Target)
 	}
 	p("")
-	p("Per object, from sending its create to the benchmark's watch first showing it done (p50 / p99 / max; ratios are the phase's over its plain baseline's, lower is better):")
+	p("Per object, from sending its create to the benchmark's watch first showing it done: each round's p50, p99 and max, summarized over the rounds; ratios are the phase's over its plain baseline's, round by round (lower is better).")
 	p("")
-	p("| phase | done when | objects | create to done | plain at the same population: create to an address | ratio |")
-	p("|---|---|---|---|---|---|")
+	p("| phase | done when | objects | per object | create to done | baseline | plain at the same population: create to an address | ratio |")
+	p("|---|---|---|---|---|---|---|---|")
 	for _, h := range rep.Headline {
 		if h.Latency == nil {
 			continue
 		}
-		base, ratio := "-", "-"
-		if h.BaselineLatency != nil {
-			base = latencyText(h.BaselineLatency)
-			ratio = fmt.Sprintf("%.2f× / %.2f× / %.2f×", h.P50VsBaseline, h.P99VsBaseline, h.MaxVsBaseline)
+		l, b := h.Latency, h.BaselineLatency
+		rows := []struct {
+			name           string
+			phase, base, r *Stat
+		}{{"p50", l.P50, nil, h.P50VsBaseline}, {"p99", l.P99, nil, h.P99VsBaseline}, {"max", l.Max, nil, h.MaxVsBaseline}}
+		if b != nil {
+			rows[0].base, rows[1].base, rows[2].base = b.P50, b.P99, b.Max
 		}
-		p("| %s | %s | %d | %s | %s | %s |", h.Phase, doneWhen[h.Phase], h.Latency.Count, latencyText(h.Latency), base, ratio)
+		for _, row := range rows {
+			p("| %s | %s | %d | %s | %s | %s | %s | %s |", h.Phase, doneWhen[h.Phase], l.Objects, row.name, row.phase.durText(),
+				baselineText(h), row.base.durText(), row.r.text("%.2f", "×"))
+		}
 	}
 	p("")
 	p("### Steps")
@@ -322,7 +441,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		if !s.QuietAtStart {
 			timed += " (began before the cluster was quiet)"
 		}
-		p("| %s | %d | %s | %.1f | %s | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d (%d) | %d / %d / %d | %.3f |", s.Name, s.PopulationAtStart, timed,
+		p("| %s | %d | %s | %.1f | %s | %.1f s | %s | %d (%.2f) | %.0f (%.2f) | %d (%d) | %d / %d / %d | %.3f |", rep.label(s), s.PopulationAtStart, timed,
 			s.PerSecond, latencyText(s.Latency), s.CreateSeconds, settled, s.Writes.Project, s.ProjectWritesPerObject, s.ProjectReconciles,
 			s.ProjectReconcilesPerObject, s.MetalLBWrites, s.MetalLBRefusedEvents, s.MetalLB.Reconciles["service"],
 			s.MetalLB.Reconciles["reprocess-all"], s.MetalLB.Reconciles["pool-status"], s.APIServerCPUPerObject)
@@ -348,7 +467,7 @@ func (rep *Report) WriteText(w io.Writer) {
 					parts = append(parts, fmt.Sprintf("%s: %d", row.rowLabel(), row.Count))
 				}
 			}
-			p("| %s | %s | %d | %d (%.1f) | %d | %s |", s.Name, id, rate.Total, rate.InPhase, rate.InPhasePerSecond, rate.Peak, strings.Join(parts, ", "))
+			p("| %s | %s | %d | %d (%.1f) | %d | %s |", rep.label(s), id, rate.Total, rate.InPhase, rate.InPhasePerSecond, rate.Peak, strings.Join(parts, ", "))
 		}
 	}
 	p("")
@@ -368,7 +487,7 @@ func (rep *Report) WriteText(w io.Writer) {
 				if c.Total == 0 && c.Adds == 0 {
 					continue
 				}
-				p("| %s | %s/%s | %.0f (%.2f) | %.0f | %.0f | %.0f | %s | %s | %.0f |", s.Name, proc, n, c.Total, c.PerObject,
+				p("| %s | %s/%s | %.0f (%.2f) | %.0f | %.0f | %.0f | %s | %s | %.0f |", rep.label(s), proc, n, c.Total, c.PerObject,
 					c.Reconciles["error"], c.Reconciles["requeue"]+c.Reconciles["requeue_after"], c.Adds,
 					dur(c.MeanWaitSecs), dur(c.MeanWorkSecs), c.MaxConcurrent)
 			}
@@ -389,7 +508,7 @@ func (rep *Report) WriteText(w io.Writer) {
 					parts = append(parts, fmt.Sprintf("%s %.0f", m, rs.ByMethod[m]))
 				}
 			}
-			p("| %s | %s | %.0f | %.1f | %.1f s, %s | %s |", s.Name, proc, rs.Total, rs.PerSecond, rs.ThrottledSeconds, dur(rs.MeanThrottle), strings.Join(parts, ", "))
+			p("| %s | %s | %.0f | %.1f | %.1f s, %s | %s |", rep.label(s), proc, rs.Total, rs.PerSecond, rs.ThrottledSeconds, dur(rs.MeanThrottle), strings.Join(parts, ", "))
 		}
 	}
 	p("")
@@ -409,7 +528,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		for _, k := range sortedKeys(s.MetalLBStatus.ByTarget) {
 			targets = append(targets, fmt.Sprintf("%s %d", k, s.MetalLBStatus.ByTarget[k]))
 		}
-		p("| %s | %d | %s | %s | %d | %.0f | %s |", s.Name, s.MetalLB.Total, strings.Join(kinds, ", "), strings.Join(targets, ", "),
+		p("| %s | %d | %s | %s | %d | %.0f | %s |", rep.label(s), s.MetalLB.Total, strings.Join(kinds, ", "), strings.Join(targets, ", "),
 			s.MetalLBStatus.Conflicts, s.MetalLBStatus.MedianPerSecond, strings.Join(events, ", "))
 	}
 	p("")
@@ -424,7 +543,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("%s load avg |", header)
 	p("%s---|", sep)
 	for _, s := range rep.Steps {
-		line := "| " + s.Name + " |"
+		line := "| " + rep.label(s) + " |"
 		for _, name := range measured {
 			ps := s.Processes[name]
 			line += fmt.Sprintf(" %.1f s, %.0f MiB |", ps.CPUSeconds, ps.PeakRSSMiB)
@@ -457,6 +576,25 @@ func (rep *Report) WriteText(w io.Writer) {
 // doneWhen says, per phase, what its latencies run to.
 var doneWhen = map[string]string{PhasePlain: "any address", PhaseClaims: "Bound", PhaseAttach: "its claim's address"}
 
+// baselineText says what a headline entry's baseline Services asked MetalLB for.
+func baselineText(h Ratio) string {
+	switch {
+	case h.Phase == PhasePlain:
+		return "itself"
+	case h.Baseline == AttachBaselinePinned:
+		return "pinned IPs"
+	case h.Baseline == AttachBaselinePool:
+		return "any IP of the pool"
+	}
+	return "-"
+}
+
+// label names a step in the report's tables: its name, with its round when the run had more
+// than one (stepLabel).
+func (rep *Report) label(s *Step) string {
+	return stepLabel(s.Name, roundOf(s), rep.Config.Rounds)
+}
+
 // latencyText is p50 / p99 / max, or "-" when nothing was measured.
 func latencyText(l *Latency) string {
 	if l == nil {
@@ -481,18 +619,11 @@ func orDash(s string) string {
 	return s
 }
 
-func secs(v float64) string {
-	if v == 0 {
+func ratioText(v *Stat, measure string) string {
+	if v == nil || v.Median == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f s", v)
-}
-
-func ratioText(v float64, measure string) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f× %s", v, measure)
+	return v.text("%.2f", "×") + " " + measure
 }
 
 func dur(s float64) string {

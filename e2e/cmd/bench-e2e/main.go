@@ -1,7 +1,7 @@
 // Command bench-e2e measures reserving and attaching addresses through this project against
 // plain MetalLB on the sandbox's control plane, in one run (docs/benchmarks.md).
 //
-//	go run ./e2e/cmd/bench-e2e -n 1000 -out bench.json
+//	go run ./e2e/cmd/bench-e2e -n 1000 -rounds 3 -out bench.json
 package main
 
 import (
@@ -24,8 +24,10 @@ import (
 
 func main() {
 	var (
-		n           = flag.Int("n", 1000, "objects per phase (and per baseline)")
+		n           = flag.Int("n", 1000, "objects per phase (and per baseline), in each round")
 		phases      = flag.String("phases", strings.Join(bench.AllPhases, ","), "phases to run, in this order: plain,claims,attach (attach needs claims)")
+		rounds      = flag.Int("rounds", 3, "times each phase runs, each round right after a round of its baseline; the report gives medians over the rounds with their spread (every round but a phase's last is deleted before the next step)")
+		attachBase  = flag.String("attach-baseline", bench.AttachBaselinePinned, "what the attach phase's baseline Services ask MetalLB for: pinned (one free IP each, with metallb.io/loadBalancerIPs, as the driver pins), pool (any IP of the pool, as before), or both")
 		out         = flag.String("out", "", "write the report as JSON to this file")
 		plotFile    = flag.String("plot", "", "write the plot (PNG) to this file (default: -out with .png)")
 		concurrency = flag.Int("concurrency", 16, "concurrent creates, the same in every step")
@@ -34,7 +36,7 @@ func main() {
 		settle      = flag.Duration("settle-timeout", 0, "wait at most this long for the cluster to go quiet before and after each step (default: -phase-timeout); the report then counts the writes made so far")
 		progress    = flag.Duration("progress", 5*time.Second, "interval of progress lines")
 		ctlArgs     = flag.String("controller-args", strings.Join(bench.DefaultControllerArgs, " "), "extra flags for both controllers, separated by spaces")
-		fresh       = flag.Bool("fresh", false, "run plain, and claims with attach, each on a control plane of its own, with no baselines (nothing is deleted: the way through at 10,000)")
+		fresh       = flag.Bool("fresh", false, "run plain, and claims with attach, each on a control plane of its own, with no baselines (nothing is deleted: the way through at 10,000); each round starts both control planes anew")
 		dir         = flag.String("dir", "", "keep the control plane's state (logs, audit log) in this directory (default: a temporary one, removed)")
 		profileDir  = flag.String("apiserver-profile", "", "turn on kube-apiserver's profiling and write a CPU profile of it per step, taken once a third of the step's objects are done, into this directory")
 		profileSecs = flag.Int("apiserver-profile-seconds", bench.DefaultProfileSeconds, "length of each kube-apiserver CPU profile")
@@ -45,7 +47,7 @@ func main() {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{N: *n, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout, SettleTimeout: *settle,
+	cfg := bench.Config{N: *n, Rounds: *rounds, AttachBaseline: *attachBase, Concurrency: *concurrency, Rate: *rate, PhaseTimeout: *timeout, SettleTimeout: *settle,
 		Progress: *progress, Dir: *dir, Log: os.Stderr, ControllerArgs: strings.Fields(*ctlArgs), Fresh: *fresh, ProfileDir: *profileDir, ProfileSeconds: *profileSecs}
 	cfg.Phases = list(*phases)
 	builds := list(*metallb)
