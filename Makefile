@@ -364,7 +364,8 @@ test-e2e-suites: ## The local suite and, beside it, the kind suite (KIND_KUBERNE
 				KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION) E2E_FALLBACK=1 E2E_PARKING_N=$(TEST_PARKING_N); } 2>&1 | \
 			sed -u "s/^/kind| /"' & kind=$$!; \
 	else \
-		setsid bash -o pipefail -c '$(call autogroup_nice,10); { nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
+		setsid bash -o pipefail -c '$(call autogroup_nice,10); { nice -n 10 $(BINARIES) build etcd kubernetes@$(KIND_KUBERNETES_VERSION) && \
+			nice -n 10 $(MAKE) --no-print-directory kind-node-image && \
 			{ $(call autogroup_nice,0); } && $(MAKE) --no-print-directory test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 E2E_STATE=$(E2E_STATE_KIND) E2E_PACKAGES=. E2E_PARKING_N=$(TEST_PARKING_N) \
 				KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION); } 2>&1 | \
 			sed -u "s/^/kind| /"' & kind=$$!; \
@@ -404,6 +405,7 @@ test-parking-scale: ## TestNoForeignAddressAtScale at its full size (E2E_PARKING
 
 .PHONY: test-e2e-kind
 test-e2e-kind: ## The end-to-end suite on a kind cluster of KIND_KUBERNETES_VERSION (v1.33.13) from the offline node image (needs Docker: make docker-start); fails, not skips, when kind cannot start.
+	$(BINARIES) build etcd kubernetes@$(KIND_KUBERNETES_VERSION)
 	$(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION)
 
 .PHONY: chaos
