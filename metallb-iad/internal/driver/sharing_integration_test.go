@@ -87,6 +87,9 @@ func TestAttachSharesTheHoldsIPAndDetachKeepsTheHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch = client.MergeFrom(relinked.DeepCopy())
+	if relinked.Annotations == nil {
+		relinked.Annotations = map[string]string{}
+	}
 	relinked.Annotations[ipamv1.AnnotationServiceClaim] = "c"
 	if err := admin.Patch(ctx, relinked, patch); err != nil {
 		t.Fatal(err)
