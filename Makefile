@@ -216,7 +216,7 @@ test-unit: ## Unit and integration (envtest) tests of every module but e2e.
 METALLB_PATCHED      := v0.16.1+patched
 METALLB_STOCK        := $(patsubst %+patched,%,$(METALLB_PATCHED))
 comma                := ,
-METALLB_PATCHED_PKGS := ./controller/ ./internal/k8s/controllers/
+METALLB_PATCHED_PKGS := ./controller/ ./internal/allocator/ ./internal/k8s/ ./internal/k8s/controllers/
 
 # make test builds the shipped images for this machine's platform only (a stand-in command proves the
 # multi-arch build): compiling the controllers and their dependencies for a second architecture is

@@ -301,6 +301,9 @@ func TestMetalLBPatchesApply(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), "func ipModeFor(") {
 		t.Fatalf("the patched source's controller/service.go lacks the first patch: %v", err)
 	}
+	if !strings.Contains(string(data), "func (c *controller) releaseDeletedHolders(") {
+		t.Fatal("the patched source's controller/service.go lacks the third patch")
+	}
 	data, err = os.ReadFile(filepath.Join(dir, "internal", "k8s", "controllers", "reconciliation_test.go"))
 	if err != nil || !strings.Contains(string(data), "so wait\n\t\t\t// for the status, not only for the object.") {
 		t.Fatalf("the patched source's reconciliation_test.go lacks the test patch: %v", err)
