@@ -405,8 +405,7 @@ test-parking-scale: ## TestNoForeignAddressAtScale at its full size (E2E_PARKING
 
 .PHONY: test-e2e-kind
 test-e2e-kind: ## The end-to-end suite on a kind cluster of KIND_KUBERNETES_VERSION (v1.33.13) from the offline node image (needs Docker: make docker-start); fails, not skips, when kind cannot start.
-	$(BINARIES) build etcd kubernetes@$(KIND_KUBERNETES_VERSION)
-	$(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION)
+	$(BINARIES) build etcd kubernetes@$(KIND_KUBERNETES_VERSION) && $(MAKE) test-e2e E2E_PROVIDER=kind E2E_REQUIRE=1 KUBERNETES_VERSION=$(KIND_KUBERNETES_VERSION)
 
 .PHONY: chaos
 chaos: ## The seeded chaos test alone: CHAOS_OPS (default 1000), CHAOS_SEED, CHAOS_FAULT_RATE; keeps the state dir on failure; CHAOS_REPORT=file appends the run's row for docs/notes/chaos-runs.md.
