@@ -211,7 +211,15 @@ func StaleCandidates(v *AddressView, messages map[string]string, deleted ...stri
 		if slices.Contains(IngressIPs(h), v.IP) {
 			return nil, false // served: whatever MetalLB said before is over
 		}
-		for _, n := range staleNames(messages[string(h.UID)], v.Namespace, live...) {
+		msg := messages[string(h.UID)]
+		found := staleNames(msg, v.Namespace, live...)
+		if placeholderPortInUse(msg, v.IP) {
+			// A Service under the hold's own sharing key keeps the IP with the placeholders'
+			// port: one of this address's placeholders, deleted while MetalLB missed it. MetalLB
+			// names no Service for a port in use, so the names it could have are released.
+			found = append(found, placeholderNames(v, live, deleted)...)
+		}
+		for _, n := range found {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 			}
@@ -219,6 +227,25 @@ func StaleCandidates(v *AddressView, messages map[string]string, deleted ...stri
 	}
 	slices.Sort(names)
 	return names, len(names) > 0
+}
+
+// placeholderPortInUse: MetalLB's AllocationFailed message says the placeholders' port is in use
+// on the IP ("… port TCP/1 is already in use on "<ip>"").
+func placeholderPortInUse(message string, ip netip.Addr) bool {
+	return strings.Contains(message, fmt.Sprintf("port %s/%d is already in use on %q", corev1.ProtocolTCP, HoldPort, ip.String()))
+}
+
+// placeholderNames are the names of the driver's namespace a placeholder of the address may
+// have had, but for the live ones: its hold's, its claim's first provisioning placeholders', and
+// those this driver remembers deleting for it.
+func placeholderNames(v *AddressView, live, deleted []string) []string {
+	names := []string{HoldName(v.Addr.Name)}
+	if ref := v.Addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
+		fam := ipamv1.FamilyOf(v.IP)
+		names = append(names, ProvisioningName(string(ref.UID), fam, 0), ProvisioningName(string(ref.UID), fam, 1))
+	}
+	names = append(names, deleted...)
+	return slices.DeleteFunc(names, func(n string) bool { return slices.Contains(live, n) })
 }
 
 // ReleaseDue decides whether a round of releases is due and when to look again: at once when

@@ -456,3 +456,30 @@ func TestMemoryOfClears(t *testing.T) {
 		t.Fatal("the address's entry outlived it")
 	}
 }
+
+// A hold refused because a deleted placeholder of its address keeps the IP under the same sharing
+// key: MetalLB reports the placeholders' port in use and names no Service, so the candidates are
+// the names the address's placeholders could have had, but the live hold's.
+func TestStaleCandidatesForAPlaceholderPortInUse(t *testing.T) {
+	const ip = "203.0.113.5"
+	name := ipamv1.AddressName(netip.MustParseAddr(ip))
+	v := view(testAddress(ip, Finalizer))
+	v.Holds = []*corev1.Service{hold(name, ip, false)}
+	v.Holds[0].Name = "hold-second"
+	port := `Failed to allocate IP for "` + testDriverNS + `/hold-second": port TCP/1 is already in use on "` + ip + `"`
+	names, known := StaleCandidates(&v, map[string]string{string(v.Holds[0].UID): port}, "hold-x")
+	want := []string{"hold-x", HoldName(name), ProvisioningName("claim-uid", ipamv1.IPv4, 0), ProvisioningName("claim-uid", ipamv1.IPv4, 1)}
+	slices.Sort(want)
+	if !known || !slices.Equal(names, want) {
+		t.Fatalf("candidates %v (known %v), want %v", names, known, want)
+	}
+	// Another port, or the same port on another IP, says nothing about the address's placeholders.
+	for _, msg := range []string{
+		`Failed to allocate IP for "x/y": port TCP/80 is already in use on "` + ip + `"`,
+		`Failed to allocate IP for "x/y": port TCP/1 is already in use on "203.0.113.6"`,
+	} {
+		if names, known := StaleCandidates(&v, map[string]string{string(v.Holds[0].UID): msg}); known || len(names) != 0 {
+			t.Errorf("%s: candidates %v (known %v)", msg, names, known)
+		}
+	}
+}
