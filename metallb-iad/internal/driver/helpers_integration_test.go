@@ -111,12 +111,20 @@ func waitHeldByPlaceholder(t *testing.T, name, ip string) {
 		if a.Status.AttachedTo != nil || !meta.IsStatusConditionTrue(a.Status.Conditions, ipamv1.ConditionHeld) {
 			return false, nil
 		}
-		var s corev1.Service
-		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(name)}, &s); err != nil {
+		s, err := getHold(t, name)
+		if err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return slices.Contains(ingress(&s), ip), nil
+		return slices.Contains(ingress(s), ip), nil
 	})
+}
+
+// getHold reads the hold of the address named addr from the apiserver.
+func getHold(t *testing.T, addr string) (*corev1.Service, error) {
+	t.Helper()
+	var s corev1.Service
+	err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr)}, &s)
+	return &s, err
 }
 
 func ingress(s *corev1.Service) []string {

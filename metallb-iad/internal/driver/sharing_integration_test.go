@@ -18,13 +18,6 @@ import (
 // driver's sharing key and gets the IP while the hold keeps it; the hold is neither deleted on
 // attach nor made again on detach.
 
-func getHold(t *testing.T, addr string) (*corev1.Service, error) {
-	t.Helper()
-	var s corev1.Service
-	err := admin.Get(context.Background(), client.ObjectKey{Namespace: testDriverNS, Name: plan.HoldName(addr)}, &s)
-	return &s, err
-}
-
 func TestAttachSharesTheHoldsIPAndDetachKeepsTheHold(t *testing.T) {
 	needAPIServer(t)
 	ctx := context.Background()

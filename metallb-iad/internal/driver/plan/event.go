@@ -12,7 +12,7 @@ type Object interface {
 	runtime.Object
 }
 
-// event is one event a plan asks for. Once-events are said through the Announcer: again only
+// Event is one event a plan asks for. Once-events are said through the Announcer: again only
 // when their message changes.
 type Event struct {
 	Obj     Object
@@ -20,10 +20,10 @@ type Event struct {
 	Reason  string
 	Message string
 	Once    bool
-	// topic, when set, is what the Announcer remembers the message under instead of the
+	// Topic, when set, is what the Announcer remembers the message under instead of the
 	// reason (one reason said about several addresses on the same object).
 	Topic string
-	// names are key-value pairs logged when the event is said: the objects of other namespaces
+	// Names are key-value pairs logged when the event is said: the objects of other namespaces
 	// that a tenant's event must not name (docs/design.md) but an admin may need.
 	Names []any
 }

@@ -23,7 +23,7 @@ func AutoClaimOf(claim *ipamv1.IPAddressClaim, svc *corev1.Service) bool {
 	return true
 }
 
-// orphaned decides whether the holds labelled with address (nil: no such IPAddress) are left
+// Orphaned decides whether the holds labelled with address (nil: no such IPAddress) are left
 // over: no address of that name, or one being deleted whose teardown is done (the core let go
 // and this driver's finalizer is gone).
 func Orphaned(name string, a *ipamv1.IPAddress) bool {

@@ -66,13 +66,13 @@ func (m *MetallbMemory) update(address string, f func(*addressMemory)) {
 	}
 }
 
-// staleOf is the wait for a kept allocation and the deleted names remembered for the address.
+// StaleOf is the wait for a kept allocation and the deleted names remembered for the address.
 func (m *MetallbMemory) StaleOf(address string) (w staleWait, deleted []string) {
 	m.update(address, func(e *addressMemory) { w, deleted = e.Stale, slices.Clone(e.deleted) })
 	return w, deleted
 }
 
-// holdDeleted remembers that a placeholder named name, holding or served address's IP, was
+// HoldDeleted remembers that a placeholder named name, holding or served address's IP, was
 // deleted.
 func (m *MetallbMemory) HoldDeleted(address, name string) {
 	if address == "" {
@@ -92,19 +92,19 @@ func (m *MetallbMemory) SetStale(address string, w staleWait) {
 	m.update(address, func(e *addressMemory) { e.Stale = w })
 }
 
-// endStale forgets the address's wait for a kept allocation, with the deleted names and the
+// EndStale forgets the address's wait for a kept allocation, with the deleted names and the
 // attached Service's wait unserved that it was about.
 func (m *MetallbMemory) EndStale(address string) {
 	m.update(address, func(e *addressMemory) { e.Stale, e.deleted, e.Unserved = staleWait{}, nil, UnservedWait{} })
 }
 
-// unservedOf is the memory of address's attached Service's wait unserved (zero: none).
+// UnservedOf is the memory of address's attached Service's wait unserved (zero: none).
 func (m *MetallbMemory) UnservedOf(address string) (w UnservedWait) {
 	m.update(address, func(e *addressMemory) { w = e.Unserved })
 	return w
 }
 
-// setUnserved remembers w (a zero w forgets).
+// SetUnserved remembers w (a zero w forgets).
 func (m *MetallbMemory) SetUnserved(address string, w UnservedWait) {
 	m.update(address, func(e *addressMemory) {
 		if w.Since.IsZero() {
@@ -114,7 +114,7 @@ func (m *MetallbMemory) SetUnserved(address string, w UnservedWait) {
 	})
 }
 
-// clearedOf returns the clears of the Service's stale ingress of the address within
+// ClearedOf returns the clears of the Service's stale ingress of the address within
 // clearMemoryFor of now (older ones of the address are dropped).
 func (m *MetallbMemory) ClearedOf(address string, uid types.UID, now time.Time) (ts []time.Time) {
 	m.update(address, func(e *addressMemory) {
@@ -124,7 +124,7 @@ func (m *MetallbMemory) ClearedOf(address string, uid types.UID, now time.Time) 
 	return ts
 }
 
-// noteCleared remembers a clear of the Service's stale ingress of the address.
+// NoteCleared remembers a clear of the Service's stale ingress of the address.
 func (m *MetallbMemory) NoteCleared(address string, uid types.UID, now time.Time) {
 	m.update(address, func(e *addressMemory) {
 		e.pruneClears(now)
@@ -153,7 +153,7 @@ func (e *addressMemory) pruneClears(now time.Time) {
 // maxGoneNames bounds the gone Services remembered per address.
 const maxGoneNames = 8
 
-// goneSince remembers the Services (missing, "namespace/name") seen gone now, keeping when each
+// GoneSince remembers the Services (missing, "namespace/name") seen gone now, keeping when each
 // was first seen so and forgetting every other name, and returns those times.
 func (m *MetallbMemory) GoneSince(address string, missing []string, now time.Time) (out map[string]time.Time) {
 	m.update(address, func(e *addressMemory) {
@@ -177,7 +177,7 @@ func (m *MetallbMemory) GoneSince(address string, missing []string, now time.Tim
 	return out
 }
 
-// forget drops everything remembered of an address (it is gone).
+// Forget drops everything remembered of an address (it is gone).
 func (m *MetallbMemory) Forget(address string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 // driver's), which the policies never do. ParkingWanted mirrors the policies' conditions, so the
 // two never undo each other.
 
-// parkable: a Service MetalLB would serve that requests no address of its own (no
+// Parkable: a Service MetalLB would serve that requests no address of its own (no
 // loadBalancerClass, no MetalLB annotation or spec.loadBalancerIP but the driver's pin and the
 // parking pool), and none of the driver's own.
 func Parkable(svc *corev1.Service) bool {

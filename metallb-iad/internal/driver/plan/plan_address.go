@@ -45,47 +45,47 @@ const (
 type AddressView struct {
 	Addr *ipamv1.IPAddress
 	IP   netip.Addr
-	// class is the address's class (nil when missing); pool the MetalLB pool it names (nil
+	// Class is the address's class (nil when missing); pool the MetalLB pool it names (nil
 	// when missing).
 	Class *ipamv1.IPAddressClass
 	Pool  *metallb.IPAddressPool
-	// holds are the hold placeholders labelled with this address.
+	// Holds are the hold placeholders labelled with this address.
 	Holds []*corev1.Service
-	// holdExpected: this driver created a hold the cache does not show yet.
+	// HoldExpected: this driver created a hold the cache does not show yet.
 	HoldExpected bool
-	// attached is the Service status.AttachedTo names, when it still exists (same uid);
+	// Attached is the Service status.AttachedTo names, when it still exists (same uid);
 	// attachedGone says AttachedTo names a Service that is gone or was replaced.
 	Attached     *corev1.Service
 	AttachedGone bool
-	// holders are the other Services whose load-balancer ingress or spec.externalIPs include
+	// Holders are the other Services whose load-balancer ingress or spec.externalIPs include
 	// the IP.
 	Holders []Holder
 
-	// cleared are the times this driver cleared a holder's stale ingress of this IP, by the
+	// Cleared are the times this driver cleared a holder's stale ingress of this IP, by the
 	// holder's uid (the last clearLimit, within clearMemoryFor).
 	Cleared map[types.UID][]time.Time
 
-	// failedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
+	// FailedAt is when MetalLB last reported AllocationFailed for a hold (by uid; looked up only
 	// for those MayNudge).
 	FailedAt map[types.UID]time.Time
-	// keptBy are the Services outside the driver's namespace ("ns/name") that MetalLB's latest
+	// KeptBy are the Services outside the driver's namespace ("ns/name") that MetalLB's latest
 	// reports say use the IP and that have been gone for KeptGrace (KeptVerdict); keptRecheck is
 	// when the next named one is due (zero: none); reported: some report was read at all (an
 	// Event MetalLB wrote more than an hour ago is gone).
 	KeptBy      []string
 	KeptRecheck time.Duration
 	Reported    bool
-	// metallbPassed is how far MetalLB has got (metallbProgress).
+	// MetallbPassed is how far MetalLB has got (metallbProgress).
 	MetallbPassed MetallbMark
 
-	// stale is what the pass knows of MetalLB's possibly kept allocations of the IP
+	// Stale is what the pass knows of MetalLB's possibly kept allocations of the IP
 	// (plan_release.go); releaseFor is how long a release Service lives, releaseAfter how long an
 	// attached Service waits unserved before the driver releases.
 	Stale        staleView
 	ReleaseFor   time.Duration
 	ReleaseAfter time.Duration
 
-	// unserved is this driver's memory of an attached Service's wait unserved (zero when none);
+	// Unserved is this driver's memory of an attached Service's wait unserved (zero when none);
 	// notServedAfter how long before it says so (plan_notserved.go).
 	Unserved       UnservedWait
 	NotServedAfter time.Duration
@@ -95,12 +95,12 @@ type AddressView struct {
 	NudgeAfter time.Duration
 }
 
-// holder is a Service that shows the address's IP.
+// Holder is a Service that shows the address's IP.
 type Holder struct {
 	Svc           *corev1.Service
 	InIngress     bool
 	InExternalIPs bool
-	// linksToClaim: the Service links (link rule) to the address's claim.
+	// LinksToClaim: the Service links (link rule) to the address's claim.
 	LinksToClaim bool
 }
 
@@ -120,19 +120,19 @@ type AddressPlan struct {
 	CreateHold      *corev1.Service
 	PinHold         *corev1.Service
 	Nudge           *corev1.Service
-	// clearIngress are Services whose load-balancer status shows the IP although nothing on
+	// ClearIngress are Services whose load-balancer status shows the IP although nothing on
 	// them requests it (staleHolder): their status is cleared, which makes MetalLB let go, and
 	// the event said once it was.
 	ClearIngress []ingressClear
-	// release are the release Services to create and delete (plan_release.go).
+	// Release are the release Services to create and delete (plan_release.go).
 	Release ReleasePlan
-	// unserved is the new memory of the attached Service's wait unserved; a zero one forgets it
+	// Unserved is the new memory of the attached Service's wait unserved; a zero one forgets it
 	// (plan_notserved.go).
 	Unserved *UnservedWait
-	// status is the driver's part of the status to write, nil when unchanged.
+	// Status is the driver's part of the status to write, nil when unchanged.
 	Status *ipamv1.IPAddressStatus
 	Events []Event
-	// unsay are the say-once memories of conditions that ended, so that a recurrence is said
+	// Unsay are the say-once memories of conditions that ended, so that a recurrence is said
 	// again.
 	Unsay   []Unsay
 	Requeue time.Duration
@@ -691,7 +691,7 @@ func planConflict(v AddressView, adopter *corev1.Service, conflicting bool) addr
 	}
 	slices.Sort(wrongful)
 	if conflicting {
-		// The Services no longer wrongful are told again if they come back (finding 5).
+		// The Services no longer wrongful are forgotten, so they are told again if they come back.
 		keep := make([]types.NamespacedName, 0, len(wrongful))
 		for _, w := range wrongful {
 			ns, name, _ := strings.Cut(w, "/")
@@ -713,7 +713,7 @@ func planConflict(v AddressView, adopter *corev1.Service, conflicting bool) addr
 	return p
 }
 
-// unsay forgets what was said once about a condition that ended: about obj, or (obj nil) about
+// Unsay forgets what was said once about a condition that ended: about obj, or (obj nil) about
 // every object but keep.
 type Unsay struct {
 	Obj   Object

@@ -41,33 +41,33 @@ var serviceReasons = []string{ReasonClaimNotReady, ReasonFamilyMismatch, ReasonF
 // AttachView is what the Service reconciler reads about one Service.
 type AttachView struct {
 	Svc *corev1.Service
-	// placeholder: the Service is one of the driver's own.
+	// Placeholder: the Service is one of the driver's own.
 	Placeholder bool
-	// claim is the claim the Service links to (any phase), nil when none; why says what stands
+	// Claim is the claim the Service links to (any phase), nil when none; why says what stands
 	// in the way when the Service names a claim that does not exist.
 	Claim *ipamv1.IPAddressClaim
 	Why   string
-	// addrs are the claim's addresses as its status lists them (nil: not in the cache yet), and
+	// Addrs are the claim's addresses as its status lists them (nil: not in the cache yet), and
 	// servable says whether each one's class is this driver's.
 	Addrs    []*ipamv1.IPAddress
 	Servable map[string]bool
-	// excluded says, per address of the claim, why its pool's spec.serviceAllocation does not
+	// Excluded says, per address of the claim, why its pool's spec.serviceAllocation does not
 	// admit the Service (AllocationExcludes); absent when it does.
 	Excluded map[string]string
-	// elsewhere says, per address of the claim attached to another Service, whether that
+	// Elsewhere says, per address of the claim attached to another Service, whether that
 	// Service still exists.
 	Elsewhere map[string]bool
-	// attachedHere are the addresses whose AttachedTo names this Service.
+	// AttachedHere are the addresses whose AttachedTo names this Service.
 	AttachedHere []*ipamv1.IPAddress
-	// holds are the hold placeholders of the claim's addresses.
+	// Holds are the hold placeholders of the claim's addresses.
 	Holds []*corev1.Service
-	// pinned is the pin this driver wrote on the Service a moment ago and attached the
+	// Pinned is the pin this driver wrote on the Service a moment ago and attached the
 	// addresses it recorded AttachedTo on, while the cache does not show them yet.
 	Pinned   string
 	Attached map[string]bool
-	// park: the Service should be parked while it has no pin of this driver (ParkingWanted).
+	// Park: the Service should be parked while it has no pin of this driver (ParkingWanted).
 	Park bool
-	// reserved are the addresses of this driver whose IP the Service requests by other means
+	// Reserved are the addresses of this driver whose IP the Service requests by other means
 	// than a claim (RequestedIPs) and is not attached to.
 	Reserved []*ipamv1.IPAddress
 	Now      time.Time
@@ -81,17 +81,17 @@ type AttachPlan struct {
 	Attach      []*ipamv1.IPAddress
 	DeleteHolds []*corev1.Service
 	Pin         string
-	// key is the sharing key the pin carries ("" for none; plan/sharing.go).
+	// Key is the sharing key the pin carries ("" for none; plan/sharing.go).
 	Key      string
 	Unattach []*ipamv1.IPAddress
 	Detach   bool
-	// park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
+	// Park and unpark add or remove the parking annotation (parking.go): in the unpin's patch
 	// when there is one, else in a patch of their own.
 	Park, unpark bool
-	// parked is the parked state wanted once the pass is done (nil: leave it as it is).
+	// Parked is the parked state wanted once the pass is done (nil: leave it as it is).
 	Parked *bool
 	Events []Event
-	// clear are the lasting-condition reasons no longer true of the Service.
+	// Clear are the lasting-condition reasons no longer true of the Service.
 	Clear   []string
 	Requeue time.Duration
 }

@@ -37,7 +37,7 @@ const DefaultNotServedAfter = 10 * time.Minute
 type UnservedWait struct {
 	Since time.Time
 	UID   types.UID
-	// said: the Warning was sent for this wait. Held can show another reason meanwhile (the
+	// Said: the Warning was sent for this wait. Held can show another reason meanwhile (the
 	// driver releasing a stale allocation for the Service, plan_release.go), and the Warning
 	// is still said once.
 	Said bool

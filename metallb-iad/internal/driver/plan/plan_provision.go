@@ -16,25 +16,25 @@ import (
 
 // ProvisionView is what the claim reconciler reads about one claim.
 type ProvisionView struct {
-	// claim is nil when it is gone; claimKey is its "namespace/name" either way.
+	// Claim is nil when it is gone; claimKey is its "namespace/name" either way.
 	Claim    *ipamv1.IPAddressClaim
 	ClaimKey string
 	Class    *ipamv1.IPAddressClass
 	// NamespaceLabels are the labels of the claim's namespace (a class may serve only some
 	// namespaces).
 	NamespaceLabels map[string]string
-	// have are the families the claim already has an address for.
+	// Have are the families the claim already has an address for.
 	Have map[ipamv1.IPFamily]bool
-	// placeholders are the provisioning placeholders made for this claim key (any uid).
+	// Placeholders are the provisioning placeholders made for this claim key (any uid).
 	Placeholders []*corev1.Service
-	// placeholderExpected: one was created for the family and is not visible yet.
+	// PlaceholderExpected: one was created for the family and is not visible yet.
 	PlaceholderExpected map[ipamv1.IPFamily]bool
-	// addresses are the IPAddresses, by name, of the IPs MetalLB gave the placeholders;
+	// Addresses are the IPAddresses, by name, of the IPs MetalLB gave the placeholders;
 	// holdOf names the hold placeholder such an address has, or is getting from this driver's
 	// own recent relabel ("" when none).
 	Addresses map[string]*ipamv1.IPAddress
 	HoldOf    map[string]string
-	// nextName is the name a new placeholder of the family gets.
+	// NextName is the name a new placeholder of the family gets.
 	NextName map[ipamv1.IPFamily]string
 
 	// MayCreate: the provisioning window of the class's pool lets the claim create a new
@@ -44,10 +44,10 @@ type ProvisionView struct {
 	// Pool is the state of the class's pool per family, as MetalLB counts it.
 	Pool map[ipamv1.IPFamily]PoolState
 
-	// failedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
+	// FailedAt is when MetalLB last reported AllocationFailed for a placeholder (by uid; looked
 	// up only for those MayNudge).
 	FailedAt map[types.UID]time.Time
-	// metallbPassed is how far MetalLB has got (metallbProgress).
+	// MetallbPassed is how far MetalLB has got (metallbProgress).
 	MetallbPassed MetallbMark
 
 	Namespace  string
@@ -75,12 +75,12 @@ type ProvisionPlan struct {
 	Requeue     time.Duration
 }
 
-// handover turns a placeholder into the hold of an address.
+// Handover turns a placeholder into the hold of an address.
 type Handover struct {
 	Svc     *corev1.Service
 	Address string
 	IP      netip.Addr
-	// key is the hold's sharing key (HoldKey of the address).
+	// Key is the hold's sharing key (HoldKey of the address).
 	Key string
 }
 

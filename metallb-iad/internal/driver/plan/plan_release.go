@@ -61,16 +61,16 @@ const maxGuessedWait = 3 * time.Minute
 
 // staleView is what an address pass knows of MetalLB's possibly kept allocations of its IP.
 type staleView struct {
-	// names are the Services of the driver's namespace under which MetalLB may keep the IP:
+	// Names are the Services of the driver's namespace under which MetalLB may keep the IP:
 	// those MetalLB's AllocationFailed on the hold names (known), else, for an attached Service
 	// MetalLB does not serve, the names this driver could have held the IP under.
 	Names []string
 	Known bool
-	// free are the names confirmed (uncached) not to exist; looked up only when a round is due.
+	// Free are the names confirmed (uncached) not to exist; looked up only when a round is due.
 	Free map[string]bool
-	// releases are the release Services of this address.
+	// Releases are the release Services of this address.
 	Releases []*corev1.Service
-	// since is when this driver first saw the IP wait so, last when it last released names
+	// Since is when this driver first saw the IP wait so, last when it last released names
 	// (its memory; zero when none); remembered: the memory has names of holds it deleted.
 	Since, Last time.Time
 	Remembered  bool
@@ -188,14 +188,10 @@ func StaleCandidates(v *AddressView, messages map[string]string, deleted ...stri
 		}
 		// Nothing remembered (the driver restarted since), or a round of the remembered names
 		// did not help (MetalLB keeps the IP under a name this driver used without remembering
-		// it: a provisioning placeholder deleted before its cached copy showed the IP; chaos seed
-		// 941606543): the names it could have used, and the remembered ones.
-		names := []string{HoldName(v.Addr.Name)}
-		if ref := v.Addr.Spec.ClaimRef; ref != nil && ref.UID != "" {
-			fam := ipamv1.FamilyOf(v.IP)
-			names = append(names, ProvisioningName(string(ref.UID), fam, 0), ProvisioningName(string(ref.UID), fam, 1))
-		}
-		for _, n := range deleted {
+		// it: a provisioning placeholder deleted before its cached copy showed the IP): the names
+		// it could have used, and the remembered ones.
+		var names []string
+		for _, n := range placeholderNames(v, nil, deleted) {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 			}
@@ -283,10 +279,10 @@ func ReleaseDue(since, last, now time.Time, nudgeAfter, releaseAfter time.Durati
 
 // ReleasePlan is the release part of an address plan.
 type ReleasePlan struct {
-	// create are release Services to create, remove the expired ones (and one that stands in
+	// Create are release Services to create, remove the expired ones (and one that stands in
 	// the way of the hold's name).
 	Create, Remove []*corev1.Service
-	// wait is the new memory of the wait; forget ends it.
+	// Wait is the new memory of the wait; forget ends it.
 	Wait   *staleWait
 	Forget bool
 }
