@@ -215,7 +215,8 @@ func planRetire(v ProvisionView, kept map[ipamv1.IPFamily]*corev1.Service) Provi
 }
 
 // settle returns the plan with the kept placeholder s that MetalLB served ip settled: its
-// IPAddress created, or the placeholder made the hold of an address that has none, or retired.
+// IPAddress created, or the placeholder made the hold of an address that has none, or retired,
+// or kept until the IP's old address is gone.
 func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr) ProvisionPlan {
 	name := ipamv1.AddressName(ip)
 	a := v.Addresses[name]
@@ -227,10 +228,13 @@ func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr)
 		// the claim still misses the family (docs/design.md#nothing-waits-on-an-event-alone).
 		p.Requeue = driverkit.Sooner(p.Requeue, time.Second)
 	case driverkit.TeardownMayStart(a):
-		// The IP's address is being torn down: never relabel a placeholder as its hold. The
-		// placeholder goes; the claim gets a fresh one. (One an admin deleted that the core
-		// still protects is held as before.)
-		p.Delete = append(p.Delete, s)
+		// The IP's address is being torn down: never relabel a placeholder as its hold. MetalLB
+		// gave the IP to this claim's placeholder, so the claim keeps it: the teardown deletes
+		// the address's holds and its finalizer in one pass, and the pass after that creates the
+		// claim's own address for the IP. Deleting the placeholder instead would give the IP to
+		// whichever waiting claim MetalLB serves next, not to the one whose turn it is. (One an
+		// admin deleted that the core still protects is held as before.)
+		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(a.DeletionTimestamp.Time, v.Now, time.Second))
 	case driverkit.BoundTo(a, v.Claim) || v.HoldOf[name] == "":
 		// Created by an earlier pass (relabel left undone), or another claim's address that
 		// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).
