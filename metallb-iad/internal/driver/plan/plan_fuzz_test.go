@@ -345,6 +345,23 @@ func checkProvisionPlan(t *testing.T, v ProvisionView, p ProvisionPlan) {
 			}
 		}
 	}
+	// A kept placeholder that MetalLB served an IP whose address is being torn down keeps it: it
+	// is neither deleted (the IP would go to whichever waiting claim MetalLB serves next) nor
+	// made that address's hold nor settled, and the claim looks again within a minute.
+	for _, s := range KeptPlaceholders(v) {
+		ip, ok := ServedIP(s, ipamv1.IPFamily(s.Labels[LabelFamily]))
+		if !ok {
+			continue
+		}
+		if a := v.Addresses[ipamv1.AddressName(ip)]; a != nil && driverkit.TeardownMayStart(a) {
+			if what, done := seen[s.Name]; done {
+				t.Fatalf("kept placeholder %s, served %s of an address being torn down, %s", s.Name, ip, what)
+			}
+			if p.Requeue <= 0 || p.Requeue > driverkit.MaxRecheck {
+				t.Fatalf("kept placeholder %s waits for the torn-down address %s with re-check %v", s.Name, a.Name, p.Requeue)
+			}
+		}
+	}
 	// The claim's class as the core recorded it: its spec's, its status's, else the stamp's.
 	resolved := ""
 	if claim != nil {

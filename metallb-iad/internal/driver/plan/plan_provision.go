@@ -233,8 +233,15 @@ func (p ProvisionPlan) settle(v ProvisionView, s *corev1.Service, ip netip.Addr)
 		// the address's holds and its finalizer in one pass, and the pass after that creates the
 		// claim's own address for the IP. Deleting the placeholder instead would give the IP to
 		// whichever waiting claim MetalLB serves next, not to the one whose turn it is. (One an
-		// admin deleted that the core still protects is held as before.)
-		p.Requeue = driverkit.Sooner(p.Requeue, driverkit.Recheck(a.DeletionTimestamp.Time, v.Now, time.Second))
+		// admin deleted that the core still protects is held as before.) While the address has
+		// this driver's finalizer its teardown is this driver's next pass: look again in a
+		// second. Without it the address stays for another finalizer: back off from when the
+		// address was deleted.
+		wait := time.Second
+		if !slices.Contains(a.Finalizers, Finalizer) {
+			wait = driverkit.Recheck(a.DeletionTimestamp.Time, v.Now, time.Second)
+		}
+		p.Requeue = driverkit.Sooner(p.Requeue, wait)
 	case driverkit.BoundTo(a, v.Claim) || v.HoldOf[name] == "":
 		// Created by an earlier pass (relabel left undone), or another claim's address that
 		// has no hold: the placeholder becomes its hold (and the claim gets a fresh one).

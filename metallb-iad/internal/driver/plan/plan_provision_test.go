@@ -140,16 +140,38 @@ func TestPlanProvision(t *testing.T) {
 				t.Fatalf("%+v", p)
 			}
 		}},
-		{"an address being torn down never gets a relabelled hold; the claim keeps the IP MetalLB gave it until the address is gone", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+		{"another claim's address being torn down never gets a relabelled hold; the claim keeps the IP MetalLB gave it until the address is gone", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
 			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
 			a := testAddress(ip, Finalizer)
-			now := metav1.NewTime(t0)
-			a.DeletionTimestamp = &now
+			a.Spec.ClaimRef.Name, a.Spec.ClaimRef.UID = "deleted", "deleted-uid"
+			deleted := metav1.NewTime(t0.Add(-time.Hour))
+			a.DeletionTimestamp = &deleted
 			v.Addresses[addrName] = a
 		}), func(t *testing.T, p ProvisionPlan) {
 			// Deleting the placeholder would give the IP to whichever waiting claim MetalLB
-			// serves next rather than to this one, whose turn it was.
+			// serves next rather than to this one, whose turn it was. The address has the
+			// driver's finalizer: its teardown is the next address pass, so the look is soon,
+			// however long ago the address was deleted.
 			if len(p.ToHold) != 0 || len(p.Delete) != 0 || len(p.Settle) != 0 || len(p.Create) != 0 || p.Requeue <= 0 || p.Requeue > time.Second {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"an address kept only by another finalizer: the claim keeps the IP and backs off", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+			a := testAddress(ip, "example.com/other")
+			a.Spec.ClaimRef.Name, a.Spec.ClaimRef.UID = "deleted", "deleted-uid"
+			deleted := metav1.NewTime(t0.Add(-time.Hour))
+			a.DeletionTimestamp = &deleted
+			v.Addresses[addrName] = a
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.ToHold) != 0 || len(p.Delete) != 0 || len(p.Settle) != 0 || p.Requeue != time.Minute {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"the torn-down address gone: the claim's own address for the IP MetalLB gave it", pview(stampedClaim(ipamv1.IPv4), func(v *ProvisionView) {
+			v.Placeholders = []*corev1.Service{provisioning("claim-uid", ipamv1.IPv4, ip)}
+		}), func(t *testing.T, p ProvisionPlan) {
+			if len(p.Delete) != 0 || len(p.Settle) != 1 || p.Settle[0].Address.Name != addrName || p.Settle[0].Address.Spec.ClaimRef.UID != "claim-uid" {
 				t.Fatalf("%+v", p)
 			}
 		}},
